@@ -1,0 +1,88 @@
+// Package api holds the wire types that the booty agent and the bootyd server
+// exchange. Every route is versioned under /v1/; fields are only ever added.
+//
+// Routes (all JSON unless noted; MAC is lower-case, colon separated):
+//
+//	GET  /v1/machines/{mac}/config    the MachineConfig (YAML) for that MAC; 404 when none
+//	GET  /v1/machines/{mac}/ipxe      an iPXE script that boots the agent (text/plain)
+//	POST /v1/machines/{mac}/status    StatusReport   (Authorization: Bearer <machine token>)
+//	POST /v1/machines/{mac}/progress  ProgressReport (Authorization: Bearer <machine token>)
+//	POST /v1/machines/{mac}/logs      LogBatch       (Authorization: Bearer <machine token>)
+//	GET  /v1/machines                 []MachineState, what bootyd recorded so far
+//	GET  /v1/machines/{mac}           MachineState
+//	GET  /files/{path}                files and images, with Range support
+package api
+
+import "time"
+
+// Version is the API version prefix of every route.
+const Version = "v1"
+
+// Step states carried in StatusReport.State.
+const (
+	StateStarted   = "started"
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+)
+
+// Machine-level outcomes carried in StatusReport.State with Step == StepMachine.
+const (
+	// StepMachine is the pseudo-step name used for whole-run outcomes.
+	StepMachine = "machine"
+	// StateProvisioned is reported once every step succeeded.
+	StateProvisioned = "provisioned"
+	// StateDeprovisioned is reported once a deprovision run succeeded.
+	StateDeprovisioned = "deprovisioned"
+	// StateError is reported when the run failed; Error holds the cause and Step-independent detail.
+	StateError = "error"
+)
+
+// StatusReport tells the server that a step started, succeeded or failed.
+type StatusReport struct {
+	Step       string    `json:"step"`
+	Index      int       `json:"index"` // 1-based position of the step in the plan
+	Total      int       `json:"total"` // number of steps in the plan
+	State      string    `json:"state"`
+	Error      string    `json:"error,omitempty"`
+	DurationMS int64     `json:"durationMs,omitempty"`
+	Time       time.Time `json:"time"`
+	// Detail carries step-specific facts (the chosen disk's identity, bytes written, ...).
+	Detail map[string]string `json:"detail,omitempty"`
+}
+
+// ProgressReport tells the server how far a long step (the image write) is.
+type ProgressReport struct {
+	Step       string    `json:"step"`
+	BytesDone  int64     `json:"bytesDone"`
+	BytesTotal int64     `json:"bytesTotal"` // 0 when unknown
+	RateBPS    float64   `json:"rateBps"`    // bytes per second, recent average
+	ETASeconds float64   `json:"etaSeconds"` // 0 when unknown
+	Time       time.Time `json:"time"`
+}
+
+// LogLine is one line of agent log output.
+type LogLine struct {
+	Time    time.Time `json:"time"`
+	Level   string    `json:"level"`
+	Message string    `json:"message"`
+}
+
+// LogBatch carries several log lines in one request.
+type LogBatch struct {
+	Lines []LogLine `json:"lines"`
+}
+
+// MachineState is what bootyd recorded about one machine.
+type MachineState struct {
+	MAC      string          `json:"mac"`
+	State    string          `json:"state"` // last machine-level outcome, or "running"
+	Steps    []StatusReport  `json:"steps"`
+	Progress *ProgressReport `json:"progress,omitempty"`
+	Logs     []LogLine       `json:"logs,omitempty"` // most recent lines, bounded
+	Updated  time.Time       `json:"updated"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+}

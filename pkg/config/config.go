@@ -1,0 +1,148 @@
+// Package config defines booty's MachineConfig, its strict decoding and
+// validation, and the providers that fetch it (kernel command line URL, config
+// drive, /deploy in the initramfs, bootyd by MAC).
+package config
+
+import "time"
+
+// APIVersion is the schema version written at the top of every MachineConfig.
+const APIVersion = "booty.dev/v1"
+
+// Modes of a run.
+const (
+	ModeProvision       = "provision"
+	ModeDeprovision     = "deprovision"      // hard: wipe disks, remove EFI entries
+	ModeSoftDeprovision = "soft-deprovision" // make the installed OS unbootable
+)
+
+// Handoff actions once provisioning succeeded.
+const (
+	HandoffKexec    = "kexec"
+	HandoffReboot   = "reboot"
+	HandoffPoweroff = "poweroff"
+)
+
+// Failure actions once a run failed.
+const (
+	FailureReboot   = "reboot"
+	FailureHold     = "hold"
+	FailurePoweroff = "poweroff"
+)
+
+// MachineConfig is everything booty needs to provision one machine.
+// Field names are the YAML/JSON keys (camelCase); unknown keys are errors.
+type MachineConfig struct {
+	APIVersion string `json:"apiVersion"`
+	// Hostname written to the installed OS.
+	Hostname string `json:"hostname,omitempty"`
+	// Mode is provision (default), deprovision or soft-deprovision.
+	Mode string `json:"mode,omitempty"`
+	// Image to write; required for provision.
+	Image ImageSpec `json:"image,omitempty"`
+	// Disk selects the target disk.
+	Disk DiskSpec `json:"disk,omitempty"`
+	// DNS written to the installed OS's resolv.conf.
+	DNS DNSSpec `json:"dns,omitempty"`
+	// KernelParams appended to the installed OS's kernel command line.
+	KernelParams []string `json:"kernelParams,omitempty"`
+	// Kubelet drop-ins.
+	Kubelet KubeletSpec `json:"kubelet,omitempty"`
+	// PostProvisionCommands run in a chroot of the installed OS, in order, via /bin/sh -c.
+	PostProvisionCommands []string `json:"postProvisionCommands,omitempty"`
+	// Mellanox SR-IOV settings.
+	Mellanox MellanoxSpec `json:"mellanox,omitempty"`
+	// Handoff is kexec (default), reboot or poweroff.
+	Handoff string `json:"handoff,omitempty"`
+	// OnFailure is what happens when a step fails.
+	OnFailure FailureSpec `json:"onFailure,omitempty"`
+	// Server is the bootyd instance that receives status, progress and logs.
+	Server ServerSpec `json:"server,omitempty"`
+	// CloudInit seeds a NoCloud datasource in the installed OS.
+	CloudInit CloudInitSpec `json:"cloudInit,omitempty"`
+	// Network configures the agent's own network when the kernel command line does not.
+	Network NetworkSpec `json:"network,omitempty"`
+}
+
+// ImageSpec names the OS image and how to verify it.
+type ImageSpec struct {
+	// URL of the image: http://, https:// or file://.
+	URL string `json:"url,omitempty"`
+	// Checksum of the file as served, "sha256:HEX" or "sha512:HEX".
+	Checksum string `json:"checksum,omitempty"`
+	// ImageChecksum of the decompressed image, "sha256:HEX" or "sha512:HEX".
+	ImageChecksum string `json:"imageChecksum,omitempty"`
+	// BmapURL of a bmaptool XML block map for the image.
+	BmapURL string `json:"bmapUrl,omitempty"`
+}
+
+// DiskSpec selects the target disk: Device names it directly, Hints select it
+// with Ironic's root device hint grammar. At least one is required for provision.
+type DiskSpec struct {
+	Device string          `json:"device,omitempty"`
+	Hints  RootDeviceHints `json:"hints,omitempty"`
+	// RootPartitionSize grows the root partition to this size ("20G"); empty fills the disk.
+	RootPartitionSize string `json:"rootPartitionSize,omitempty"`
+	// SecureErase asks deprovision for an NVMe format/sanitize or ATA secure erase.
+	SecureErase bool `json:"secureErase,omitempty"`
+}
+
+// RootDeviceHints are Ironic root device hints: keys name, wwn, wwn_with_extension,
+// wwn_vendor_extension, serial, size, rotational, vendor, model, hctl, by_path, tran;
+// values are strings with optional operators ("s== ", "<in> ", ">= ", ...),
+// numbers (size in GiB) or booleans (rotational).
+type RootDeviceHints map[string]any
+
+// DNSSpec is written to resolv.conf.
+type DNSSpec struct {
+	Nameservers []string `json:"nameservers,omitempty"`
+	Search      []string `json:"search,omitempty"`
+}
+
+// KubeletSpec becomes kubelet drop-in configuration.
+type KubeletSpec struct {
+	ProviderID string            `json:"providerID,omitempty"`
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+}
+
+// MellanoxSpec configures SR-IOV on ConnectX cards; NumVFs 0 leaves them alone.
+type MellanoxSpec struct {
+	NumVFs int `json:"numVFs,omitempty"`
+}
+
+// FailureSpec is the failure policy.
+type FailureSpec struct {
+	// Action is reboot (default), hold or poweroff.
+	Action string `json:"action,omitempty"`
+	// Delay before the action, e.g. "30s" (default 30s).
+	Delay Duration `json:"delay,omitempty"`
+}
+
+// ServerSpec is how the agent reaches bootyd.
+type ServerSpec struct {
+	URL string `json:"url,omitempty"`
+	// Token is this machine's bearer token. Secret: never logged.
+	Token string `json:"token,omitempty"`
+	// CACert is a PEM bundle that verifies the server; empty uses the system pool.
+	CACert string `json:"caCert,omitempty"`
+}
+
+// CloudInitSpec seeds cloud-init's NoCloud datasource (metal3's UserData, MetaData, NetworkData).
+type CloudInitSpec struct {
+	// UserData is secret: never logged.
+	UserData      string `json:"userData,omitempty"`
+	MetaData      string `json:"metaData,omitempty"`
+	NetworkConfig string `json:"networkConfig,omitempty"`
+}
+
+// NetworkSpec configures the agent's network when the kernel command line has no ip=.
+type NetworkSpec struct {
+	// Interface limits DHCP/static configuration to one link name; empty means all links with carrier.
+	Interface string `json:"interface,omitempty"`
+	// Address in CIDR form for a static address; empty means DHCP.
+	Address string   `json:"address,omitempty"`
+	Gateway string   `json:"gateway,omitempty"`
+	DNS     []string `json:"dns,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s", "5m").
+type Duration struct{ time.Duration }

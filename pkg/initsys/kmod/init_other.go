@@ -1,0 +1,7 @@
+//go:build !linux
+
+package kmod
+
+import "errors"
+
+func initModuleFile(path, params string) error { return errors.ErrUnsupported }

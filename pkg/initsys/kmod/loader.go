@@ -1,0 +1,185 @@
+package kmod
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
+)
+
+// Loader loads modules of one kernel into the running kernel, each at most
+// once, dependencies first. Its fields are the system access; tests replace
+// Init and the paths.
+type Loader struct {
+	// Dir is the modules directory, /lib/modules/$(uname -r); module paths
+	// of the index are relative to it.
+	Dir string
+	// Index is the parsed metadata of Dir.
+	Index *Index
+	// Init loads one module file with parameters. The default uses
+	// finit_module(2), for compressed files with MODULE_INIT_COMPRESSED_FILE
+	// and, when the kernel refuses that, init_module(2) on the file
+	// decompressed in memory. An error wrapping os.ErrExist (EEXIST) means
+	// the module was already loaded.
+	Init func(path, params string) error
+	// ProcModules and SysModule tell which modules the kernel already has
+	// (/proc/modules, /sys/module).
+	ProcModules string
+	SysModule   string
+	// Log receives one line per module loaded or failed.
+	Log *slog.Logger
+
+	have map[string]bool
+}
+
+// NewLoader returns a Loader for dir with the system defaults and the index
+// read from dir. It fails when the index cannot be read.
+func NewLoader(dir string, log *slog.Logger) (*Loader, error) {
+	ix, err := LoadIndex(dir)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Loader{
+		Dir:         dir,
+		Index:       ix,
+		Init:        initModuleFile,
+		ProcModules: "/proc/modules",
+		SysModule:   "/sys/module",
+		Log:         log,
+	}, nil
+}
+
+// Present reports whether the kernel already has module name: loaded
+// earlier by this Loader, listed in /proc/modules, present under
+// /sys/module, or built in.
+func (l *Loader) Present(name string) bool {
+	if l.have == nil {
+		l.have = map[string]bool{}
+		if f, err := os.Open(l.ProcModules); err == nil {
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if fs := strings.Fields(sc.Text()); len(fs) > 0 {
+					l.have[fs[0]] = true
+				}
+			}
+			f.Close()
+		}
+	}
+	if l.have[name] || l.Index.Builtin[name] {
+		return true
+	}
+	if l.SysModule != "" {
+		if _, err := os.Stat(filepath.Join(l.SysModule, name)); err == nil {
+			l.have[name] = true
+			return true
+		}
+	}
+	return false
+}
+
+// Load resolves each name (module name or alias), orders the result with
+// its dependencies and loads every module the kernel does not have yet.
+// It keeps going past failures: the names it loaded are returned together
+// with all errors joined. A name that resolves to nothing is an error
+// wrapping ErrNotFound.
+func (l *Loader) Load(names ...string) ([]string, error) {
+	var errs []error
+	var mods []string
+	for _, n := range names {
+		r, err := l.Index.Resolve(n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		mods = append(mods, r...)
+	}
+	// Order each requested module on its own so one missing dependency
+	// does not hide the others.
+	var loaded []string
+	for _, name := range mods {
+		order, err := l.Index.Order(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, m := range order {
+			if l.Present(m.Name) {
+				continue
+			}
+			ok, err := l.loadOne(m)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if ok {
+				loaded = append(loaded, m.Name)
+			}
+		}
+	}
+	return loaded, errors.Join(errs...)
+}
+
+func (l *Loader) loadOne(m *Module) (bool, error) {
+	p := filepath.Join(l.Dir, m.Path)
+	err := l.Init(p, "")
+	l.have[m.Name] = true // loaded, or failed: do not try again this boot
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		l.Log.Warn("load module failed", "module", m.Name, "path", m.Path, "err", err)
+		return false, fmt.Errorf("load module %s: %w", m.Name, err)
+	}
+	l.Log.Info("loaded module", "module", m.Name)
+	return true, nil
+}
+
+// Decompress returns the module image in data decompressed according to
+// the file name's suffix (.xz, .zst, .gz); other names are returned as is.
+func Decompress(name string, data []byte) ([]byte, error) {
+	var r io.Reader
+	switch {
+	case strings.HasSuffix(name, ".xz"):
+		xr, err := xz.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("decompress %s: %w", name, err)
+		}
+		r = xr
+	case strings.HasSuffix(name, ".zst"):
+		zr, err := zstd.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("decompress %s: %w", name, err)
+		}
+		defer zr.Close()
+		r = zr
+	case strings.HasSuffix(name, ".gz"):
+		gr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("decompress %s: %w", name, err)
+		}
+		r = gr
+	default:
+		return data, nil
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("decompress %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// Compressed reports whether a module file name carries a compression suffix.
+func Compressed(name string) bool {
+	return strings.HasSuffix(name, ".xz") || strings.HasSuffix(name, ".zst") || strings.HasSuffix(name, ".gz")
+}

@@ -1,0 +1,79 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestMachineIPXE(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.PublicURL = "https://boot.example:8443/"
+		o.IPXEKernel = "booty/vmlinuz-6.1"
+		o.IPXEInitrd = "booty/initrd#1.img"
+		o.IPXECmdline = "console=ttyS1,115200 quiet"
+	})
+	code, hdr, body := e.do(t, "GET", "/v1/machines/AA-BB-CC-DD-EE-FF/ipxe", "", nil, nil)
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("Content-Type %q", ct)
+	}
+	want := []string{
+		"#!ipxe\n",
+		"\nkernel --name kernel https://boot.example:8443/files/booty/vmlinuz-6.1 initrd=initrd booty.server=https://boot.example:8443 BOOTIF=01-aa-bb-cc-dd-ee-ff console=ttyS1,115200 quiet || goto failed\n",
+		"\ninitrd --name initrd https://boot.example:8443/files/booty/initrd%231.img || goto failed\n",
+		"\nboot || goto failed\n",
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("script lacks %q:\n%s", w, body)
+		}
+	}
+	if !strings.HasPrefix(body, "#!ipxe\n") {
+		t.Errorf("script does not start with #!ipxe:\n%s", body)
+	}
+	if strings.Contains(body, testToken) {
+		t.Errorf("script leaks the token")
+	}
+	if code, _, _ := e.do(t, "GET", "/v1/machines/00:11:22:33:44:55/ipxe", "", nil, nil); code != 404 {
+		t.Errorf("unknown MAC: status %d, want 404", code)
+	}
+	if code, _, _ := e.do(t, "GET", "/v1/machines/zz/ipxe", "", nil, nil); code != 400 {
+		t.Errorf("bad MAC: status %d, want 400", code)
+	}
+}
+
+func TestIPXEDefaultsAndRequestBase(t *testing.T) {
+	e := newEnv(t, nil)
+	base := e.ts.URL // no PublicURL: scheme and Host of the request
+	_, _, body := e.do(t, "GET", "/v1/machines/"+testMAC+"/ipxe", "", nil, nil)
+	for _, w := range []string{
+		"kernel --name kernel " + base + "/files/vmlinuz initrd=initrd booty.server=" + base + " BOOTIF=01-aa-bb-cc-dd-ee-ff " + DefaultIPXECmdline + " ",
+		"initrd --name initrd " + base + "/files/initramfs.img ",
+	} {
+		if !strings.Contains(body, w) {
+			t.Errorf("script lacks %q:\n%s", w, body)
+		}
+	}
+
+	code, _, chain := e.do(t, "GET", "/v1/boot.ipxe", "", nil, nil)
+	if code != 200 {
+		t.Fatalf("boot.ipxe status %d", code)
+	}
+	for _, w := range []string{
+		"#!ipxe\n",
+		"chain --autofree " + base + "/v1/machines/${netX/mac:hexhyp}/ipxe || goto net0\n",
+		":net0\nchain --autofree " + base + "/v1/machines/${net0/mac:hexhyp}/ipxe || goto failed\n",
+		":failed\n",
+		"exit 1\n",
+	} {
+		if !strings.Contains(chain, w) {
+			t.Errorf("chain script lacks %q:\n%s", w, chain)
+		}
+	}
+	// The MAC as iPXE's hexhyp spells it must reach the per-MAC script.
+	if code, _, _ := e.do(t, "GET", "/v1/machines/aa-bb-cc-dd-ee-ff/ipxe", "", nil, nil); code != 200 {
+		t.Errorf("hexhyp MAC: status %d, want 200", code)
+	}
+}

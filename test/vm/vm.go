@@ -287,8 +287,7 @@ func (v *VM) readConsole(r io.Reader) {
 	for {
 		line, err := br.ReadString('\n')
 		if line != "" {
-			clean := strings.TrimRight(line, "\r\n")
-			clean = strings.ReplaceAll(clean, "\r", "")
+			clean := cleanLine(line)
 			v.emit(clean + "\n")
 			v.mu.Lock()
 			v.lines = append(v.lines, clean)
@@ -299,6 +298,23 @@ func (v *VM) readConsole(r io.Reader) {
 			return
 		}
 	}
+}
+
+// ansiRE matches the terminal escape sequences firmware (OVMF, SeaBIOS)
+// and guests write to a serial console: CSI sequences, charset selection,
+// reset.
+var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;=?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>c])`)
+
+// cleanLine returns a console line without its line end, escape sequences,
+// carriage returns and other control characters but tabs.
+func cleanLine(s string) string {
+	s = ansiRE.ReplaceAllString(strings.TrimRight(s, "\r\n"), "")
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
 }
 
 // readStderr keeps QEMU's stderr lines for error messages and writes them,

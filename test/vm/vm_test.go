@@ -102,6 +102,22 @@ printf 'booty: step 2/3 image\nbooty: done ip=10.0.2.15\nno newline at end'`)
 	}
 }
 
+func TestCleanLine(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"plain\n", "plain"},
+		{"crlf\r\n", "crlf"},
+		{"\x1b[2J\x1b[01;01H\x1b[=3h\x1b[2J\x1b[01;01Hhello", "hello"},
+		{"\x1b[0m\x1b[1;32mOK\x1b[0m done", "OK done"},
+		{"\x1b(Bx\x1bcy\x00\x07z\tt", "xyz\tt"},
+		{"progress 10%\rprogress 20%\n", "progress 10%progress 20%"},
+	}
+	for _, tt := range tests {
+		if got := cleanLine(tt.in); got != tt.want {
+			t.Errorf("cleanLine(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
 func TestWaitFailure(t *testing.T) {
 	qemu := fakeQEMU(t, `echo 'qemu-system-x86_64: -drive file=x: Could not open' >&2; echo 'last words'; exit 1`)
 	v, err := Start(context.Background(), Config{QEMU: qemu, Accel: AccelTCG})

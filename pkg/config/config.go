@@ -3,7 +3,11 @@
 // drive, /deploy in the initramfs, bootyd by MAC).
 package config
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
 
 // APIVersion is the schema version written at the top of every MachineConfig.
 const APIVersion = "booty.dev/v1"
@@ -38,29 +42,29 @@ type MachineConfig struct {
 	// Mode is provision (default), deprovision or soft-deprovision.
 	Mode string `json:"mode,omitempty"`
 	// Image to write; required for provision.
-	Image ImageSpec `json:"image,omitempty"`
+	Image ImageSpec `json:"image,omitzero"`
 	// Disk selects the target disk.
-	Disk DiskSpec `json:"disk,omitempty"`
+	Disk DiskSpec `json:"disk,omitzero"`
 	// DNS written to the installed OS's resolv.conf.
-	DNS DNSSpec `json:"dns,omitempty"`
+	DNS DNSSpec `json:"dns,omitzero"`
 	// KernelParams appended to the installed OS's kernel command line.
 	KernelParams []string `json:"kernelParams,omitempty"`
 	// Kubelet drop-ins.
-	Kubelet KubeletSpec `json:"kubelet,omitempty"`
+	Kubelet KubeletSpec `json:"kubelet,omitzero"`
 	// PostProvisionCommands run in a chroot of the installed OS, in order, via /bin/sh -c.
 	PostProvisionCommands []string `json:"postProvisionCommands,omitempty"`
 	// Mellanox SR-IOV settings.
-	Mellanox MellanoxSpec `json:"mellanox,omitempty"`
+	Mellanox MellanoxSpec `json:"mellanox,omitzero"`
 	// Handoff is kexec (default), reboot or poweroff.
 	Handoff string `json:"handoff,omitempty"`
 	// OnFailure is what happens when a step fails.
-	OnFailure FailureSpec `json:"onFailure,omitempty"`
+	OnFailure FailureSpec `json:"onFailure,omitzero"`
 	// Server is the bootyd instance that receives status, progress and logs.
-	Server ServerSpec `json:"server,omitempty"`
+	Server ServerSpec `json:"server,omitzero"`
 	// CloudInit seeds a NoCloud datasource in the installed OS.
-	CloudInit CloudInitSpec `json:"cloudInit,omitempty"`
+	CloudInit CloudInitSpec `json:"cloudInit,omitzero"`
 	// Network configures the agent's own network when the kernel command line does not.
-	Network NetworkSpec `json:"network,omitempty"`
+	Network NetworkSpec `json:"network,omitzero"`
 }
 
 // ImageSpec names the OS image and how to verify it.
@@ -144,5 +148,52 @@ type NetworkSpec struct {
 	DNS     []string `json:"dns,omitempty"`
 }
 
+// Defaults applied by Parse and ApplyDefaults to fields left empty.
+const (
+	DefaultMode          = ModeProvision
+	DefaultHandoff       = HandoffKexec
+	DefaultFailureAction = FailureReboot
+	DefaultFailureDelay  = 30 * time.Second
+)
+
 // Duration is a time.Duration written as a Go duration string ("30s", "5m").
 type Duration struct{ time.Duration }
+
+// MarshalJSON writes the duration as a Go duration string, "30s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(d.Duration.String())
+}
+
+// UnmarshalJSON reads a Go duration string ("30s", "1m30s"); a number or a
+// malformed string is an error naming the value.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"30s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: want a value like \"30s\" or \"5m\"", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// ApplyDefaults fills the fields left empty with their defaults: mode
+// provision, handoff kexec, onFailure reboot after 30s. It never overwrites a
+// value that is set; a zero onFailure.delay counts as unset here (Parse
+// keeps an explicit "0s").
+func (c *MachineConfig) ApplyDefaults() {
+	if c.Mode == "" {
+		c.Mode = DefaultMode
+	}
+	if c.Handoff == "" {
+		c.Handoff = DefaultHandoff
+	}
+	if c.OnFailure.Action == "" {
+		c.OnFailure.Action = DefaultFailureAction
+	}
+	if c.OnFailure.Delay.Duration == 0 {
+		c.OnFailure.Delay.Duration = DefaultFailureDelay
+	}
+}

@@ -1,0 +1,114 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+)
+
+// LoadChain asks each provider in order for the config. A provider that
+// returns ErrNoConfig is skipped; the first config wins and is returned with
+// its provider (which may implement StatusReporter, ProgressReporter,
+// LogReporter). Any other error stops the chain and is returned naming the
+// provider: a config that exists but is bad must not be silently replaced by
+// a later one. When every provider has nothing, the error wraps ErrNoConfig
+// and names them all. Only provider names are logged, never the config.
+func LoadChain(ctx context.Context, log *slog.Logger, providers ...Provider) (*MachineConfig, Provider, error) {
+	log = orDiscard(log)
+	var tried []string
+	for _, p := range providers {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("load config: %w", err)
+		}
+		log.Debug("asking config provider", "provider", p.Name())
+		cfg, err := p.Load(ctx)
+		switch {
+		case err == nil && cfg == nil:
+			return nil, nil, fmt.Errorf("config provider %s: returned no config and no error", p.Name())
+		case err == nil:
+			log.Info("config loaded", "provider", p.Name(), "mode", cfg.Mode, "hostname", cfg.Hostname)
+			return cfg, p, nil
+		case errors.Is(err, ErrNoConfig):
+			log.Info("config provider has nothing", "provider", p.Name(), "reason", err)
+			tried = append(tried, p.Name())
+		default:
+			return nil, nil, fmt.Errorf("config provider %s: %w", p.Name(), err)
+		}
+	}
+	if len(tried) == 0 {
+		return nil, nil, fmt.Errorf("%w: no config providers", ErrNoConfig)
+	}
+	return nil, nil, fmt.Errorf("%w: tried %s", ErrNoConfig, strings.Join(tried, ", "))
+}
+
+// ChainOption adjusts the providers that ProvidersFromCmdline builds.
+type ChainOption func(*chainOptions)
+
+type chainOptions struct {
+	sysRoot, devRoot, deployDir, mountDir string
+	caCert                                string
+	client                                *http.Client
+	backoff                               Backoff
+	log                                   *slog.Logger
+	mount                                 MountFunc
+	unmount                               UnmountFunc
+	macs                                  func() ([]string, error)
+}
+
+// WithSysRoot sets the sysfs root (default /sys) for the config drive and MAC discovery.
+func WithSysRoot(dir string) ChainOption { return func(o *chainOptions) { o.sysRoot = dir } }
+
+// WithDevRoot sets the device root (default /dev) for the config drive.
+func WithDevRoot(dir string) ChainOption { return func(o *chainOptions) { o.devRoot = dir } }
+
+// WithDeployDir sets the /deploy directory of the initramfs.
+func WithDeployDir(dir string) ChainOption { return func(o *chainOptions) { o.deployDir = dir } }
+
+// WithMountDir sets where the config drive is mounted (default /run/booty/configdrive).
+func WithMountDir(dir string) ChainOption { return func(o *chainOptions) { o.mountDir = dir } }
+
+// WithMount replaces the config drive's mount and unmount calls.
+func WithMount(m MountFunc, u UnmountFunc) ChainOption {
+	return func(o *chainOptions) { o.mount, o.unmount = m, u }
+}
+
+// WithCACert sets a PEM bundle that verifies https config URLs and bootyd.
+func WithCACert(pem string) ChainOption { return func(o *chainOptions) { o.caCert = pem } }
+
+// WithHTTPClient sets the client used by the URL and bootyd providers.
+func WithHTTPClient(c *http.Client) ChainOption { return func(o *chainOptions) { o.client = c } }
+
+// WithBackoff sets the retry bounds of the URL and bootyd providers.
+func WithBackoff(b Backoff) ChainOption { return func(o *chainOptions) { o.backoff = b } }
+
+// WithLogger sets the logger handed to every provider.
+func WithLogger(l *slog.Logger) ChainOption { return func(o *chainOptions) { o.log = l } }
+
+// WithMACs replaces the MAC discovery of the bootyd provider.
+func WithMACs(f func() ([]string, error)) ChainOption { return func(o *chainOptions) { o.macs = f } }
+
+// ProvidersFromCmdline builds the provider order from the kernel command
+// line: booty.config= (when set), the config drive (labels BOOTY, config-2),
+// /deploy in the initramfs, and bootyd by MAC (when booty.server= is set).
+func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []Provider {
+	var o chainOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var ps []Provider
+	if src, ok := cl.Get(CmdlineConfig); ok && src != "" {
+		ps = append(ps, &URLProvider{Source: src, CACert: o.caCert, Client: o.client, Backoff: o.backoff, Log: o.log})
+	}
+	ps = append(ps, &ConfigDriveProvider{
+		SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
+		Mount: o.mount, Unmount: o.unmount, Log: o.log,
+	})
+	ps = append(ps, &DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, Log: o.log})
+	if srv, ok := cl.Get(CmdlineServer); ok && srv != "" {
+		ps = append(ps, &ServerProvider{URL: srv, CACert: o.caCert, Client: o.client, Backoff: o.backoff, SysRoot: o.sysRoot, MACs: o.macs, Log: o.log})
+	}
+	return ps
+}

@@ -1,0 +1,85 @@
+package config
+
+import (
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+)
+
+// RedactedText replaces a secret in Redacted output.
+const RedactedText = "<redacted>"
+
+// Redacted returns a deep copy of c with server.token and cloudInit.userData
+// replaced by "<redacted>" when set, for logs and debug dumps. c is unchanged.
+func (c *MachineConfig) Redacted() *MachineConfig {
+	if c == nil {
+		return nil
+	}
+	r := c.Clone()
+	if r.Server.Token != "" {
+		r.Server.Token = RedactedText
+	}
+	if r.CloudInit.UserData != "" {
+		r.CloudInit.UserData = RedactedText
+	}
+	return r
+}
+
+// Clone returns a deep copy of c: changing the copy's slices and maps
+// leaves c alone.
+func (c *MachineConfig) Clone() *MachineConfig {
+	if c == nil {
+		return nil
+	}
+	r := *c
+	r.KernelParams = slices.Clone(c.KernelParams)
+	r.PostProvisionCommands = slices.Clone(c.PostProvisionCommands)
+	r.DNS.Nameservers = slices.Clone(c.DNS.Nameservers)
+	r.DNS.Search = slices.Clone(c.DNS.Search)
+	r.Network.DNS = slices.Clone(c.Network.DNS)
+	r.Kubelet.NodeLabels = maps.Clone(c.Kubelet.NodeLabels)
+	if c.Disk.Hints != nil {
+		r.Disk.Hints = make(RootDeviceHints, len(c.Disk.Hints))
+		for k, v := range c.Disk.Hints {
+			r.Disk.Hints[k] = cloneAny(v)
+		}
+	}
+	return &r
+}
+
+func cloneAny(v any) any {
+	switch x := v.(type) {
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = cloneAny(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = cloneAny(e)
+		}
+		return out
+	}
+	return v
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// plainConfig has MachineConfig's fields without its LogValue method.
+type plainConfig MachineConfig
+
+// LogValue makes a logged *MachineConfig print its Redacted copy, so a
+// config passed to slog never leaks its secrets.
+func (c *MachineConfig) LogValue() slog.Value {
+	return slog.AnyValue((*plainConfig)(c.Redacted()))
+}

@@ -1,0 +1,264 @@
+package config
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/booty-dev/booty/pkg/api"
+)
+
+// ServerProvider asks bootyd for this machine's config by MAC address, and
+// reports status, progress and logs back to it.
+//
+// Load tries GET {URL}/v1/machines/{mac}/config for each MAC in turn: 200 is
+// the config (parsed and validated), 404 means "not this MAC, try the next".
+// Transport errors and 408/429/5xx are retried within Backoff; when they
+// persist, or any other status answers, Load fails naming the server. When
+// every MAC got 404, Load returns ErrNoConfig listing the MACs tried.
+//
+// After Load, reports go to cfg.server.url when set (else URL) for the MAC
+// that answered, with the config's server.token as bearer token.
+type ServerProvider struct {
+	// URL is bootyd's base URL, from booty.server=.
+	URL string
+	// CACert is a PEM bundle that verifies an https URL; empty uses the system pool.
+	CACert string
+	// Client sends requests; nil builds one with DefaultRequestTimeout and CACert.
+	Client *http.Client
+	// Backoff bounds retries of one request; zero is DefaultBackoff.
+	Backoff Backoff
+	// MACs lists the machine's MAC addresses; nil is PhysicalMACs(SysRoot).
+	MACs func() ([]string, error)
+	// SysRoot is the sysfs root for the default MACs; default /sys.
+	SysRoot string
+	Log     *slog.Logger
+
+	mu    sync.Mutex
+	rep   reportTarget // set by Load or NewServerReporter
+	ready bool
+}
+
+// reportTarget is where and as whom reports go.
+type reportTarget struct {
+	base, mac, token string
+}
+
+// Name names the provider and server in logs and errors.
+func (p *ServerProvider) Name() string { return "bootyd " + redactURL(p.URL) }
+
+// NewServerReporter returns a reporter for the bootyd named by s, reporting
+// as mac, for a config that came from another provider. It fails when s.URL
+// is not an http(s) URL, mac is not a MAC address, or s.CACert holds no
+// certificate.
+func NewServerReporter(s ServerSpec, mac string) (*ServerProvider, error) {
+	if msg := checkURL(s.URL, "http", "https"); msg != "" {
+		return nil, fmt.Errorf("server reporter: server.url: %s", msg)
+	}
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return nil, fmt.Errorf("server reporter: mac %q: %w", mac, err)
+	}
+	client, err := newHTTPClient(s.CACert, DefaultRequestTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("server reporter: %w", err)
+	}
+	p := &ServerProvider{URL: s.URL, CACert: s.CACert, Client: client}
+	p.rep = reportTarget{base: s.URL, mac: hw.String(), token: s.Token}
+	p.ready = true
+	return p, nil
+}
+
+// MAC returns the MAC address that reports are made for, or "" before Load.
+func (p *ServerProvider) MAC() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rep.mac
+}
+
+func (p *ServerProvider) client() (*http.Client, error) {
+	if p.Client != nil {
+		return p.Client, nil
+	}
+	c, err := newHTTPClient(p.CACert, DefaultRequestTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("bootyd %s: %w", redactURL(p.URL), err)
+	}
+	p.Client = c
+	return c, nil
+}
+
+// Load fetches the config by MAC; see ServerProvider.
+func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
+	if msg := checkURL(p.URL, "http", "https"); msg != "" {
+		return nil, fmt.Errorf("%s=%q: %s", CmdlineServer, redactURL(p.URL), msg)
+	}
+	macsFn := p.MACs
+	if macsFn == nil {
+		macsFn = func() ([]string, error) { return PhysicalMACs(p.SysRoot) }
+	}
+	macs, err := macsFn()
+	if err != nil {
+		return nil, fmt.Errorf("list MAC addresses: %w", err)
+	}
+	if len(macs) == 0 {
+		return nil, fmt.Errorf("%w: no physical network link to ask bootyd %s about", ErrNoConfig, redactURL(p.URL))
+	}
+	client, err := p.client()
+	if err != nil {
+		return nil, err
+	}
+	log := orDiscard(p.Log)
+	for _, mac := range macs {
+		u := machineURL(p.URL, mac, "config")
+		var data []byte
+		var code int
+		err := retry(ctx, p.Backoff, log, "fetch config from bootyd", func(ctx context.Context) (bool, error) {
+			d, c, again, err := doOnce(ctx, client, http.MethodGet, u, "", nil, "")
+			data, code = d, c
+			if c == http.StatusNotFound {
+				return false, nil
+			}
+			return again, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fetch config from bootyd %s for %s: %w", redactURL(p.URL), mac, err)
+		}
+		if code == http.StatusNotFound {
+			log.Debug("bootyd has no config for MAC", "mac", mac)
+			continue
+		}
+		cfg, err := Parse(data)
+		if err != nil {
+			return nil, fmt.Errorf("config from bootyd %s for %s: %w", redactURL(p.URL), mac, err)
+		}
+		base := p.URL
+		if cfg.Server.URL != "" {
+			base = cfg.Server.URL
+		}
+		p.mu.Lock()
+		p.rep = reportTarget{base: base, mac: mac, token: cfg.Server.Token}
+		p.ready = true
+		p.mu.Unlock()
+		log.Info("bootyd answered", "server", redactURL(p.URL), "mac", mac)
+		return cfg, nil
+	}
+	return nil, fmt.Errorf("%w: bootyd %s has no config for %s", ErrNoConfig, redactURL(p.URL), strings.Join(macs, ", "))
+}
+
+// ReportStatus POSTs r to /v1/machines/{mac}/status.
+func (p *ServerProvider) ReportStatus(ctx context.Context, r api.StatusReport) error {
+	return p.report(ctx, "status", r)
+}
+
+// ReportProgress POSTs pr to /v1/machines/{mac}/progress.
+func (p *ServerProvider) ReportProgress(ctx context.Context, pr api.ProgressReport) error {
+	return p.report(ctx, "progress", pr)
+}
+
+// ReportLogs POSTs the lines as one api.LogBatch to /v1/machines/{mac}/logs.
+func (p *ServerProvider) ReportLogs(ctx context.Context, lines []api.LogLine) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	return p.report(ctx, "logs", api.LogBatch{Lines: lines})
+}
+
+// report POSTs v as JSON with the bearer token, retrying transport errors and
+// 408/429/5xx within Backoff. Before Load found a MAC it fails.
+func (p *ServerProvider) report(ctx context.Context, what string, v any) error {
+	p.mu.Lock()
+	t, ready := p.rep, p.ready
+	p.mu.Unlock()
+	if !ready {
+		return fmt.Errorf("report %s to bootyd %s: no machine MAC yet (Load has not succeeded)", what, redactURL(p.URL))
+	}
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("report %s: encode: %w", what, err)
+	}
+	client, err := p.client()
+	if err != nil {
+		return err
+	}
+	u := machineURL(t.base, t.mac, what)
+	b := p.Backoff
+	if b == (Backoff{}) {
+		b = DefaultReportBackoff
+	}
+	err = retry(ctx, b, orDiscard(p.Log), "report "+what, func(ctx context.Context) (bool, error) {
+		_, _, again, err := doOnce(ctx, client, http.MethodPost, u, "application/json", body, t.token)
+		return again, err
+	})
+	if err != nil {
+		return fmt.Errorf("report %s: %w", what, err)
+	}
+	return nil
+}
+
+// machineURL is {base}/v1/machines/{mac}/{what}.
+func machineURL(base, mac, what string) string {
+	return strings.TrimRight(base, "/") + "/" + api.Version + "/machines/" + url.PathEscape(strings.ToLower(mac)) + "/" + what
+}
+
+// PhysicalMACs lists the lower-case MAC addresses of the physical Ethernet
+// links under sysRoot/class/net (default /sys), sorted by link name: a link
+// counts when it has a device entry (virtual links such as bridges, bonds,
+// VLANs and veth have none), is not lo, and has a 6-byte non-zero address.
+func PhysicalMACs(sysRoot string) ([]string, error) {
+	if sysRoot == "" {
+		sysRoot = "/sys"
+	}
+	dir := filepath.Join(sysRoot, "class", "net")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list network links in %s: %w", dir, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	var macs []string
+	seen := map[string]bool{}
+	for _, name := range names {
+		if name == "lo" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, name, "device")); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name, "address"))
+		if err != nil {
+			continue
+		}
+		hw, err := net.ParseMAC(strings.TrimSpace(string(b)))
+		if err != nil || len(hw) != 6 || isZero(hw) {
+			continue
+		}
+		m := hw.String()
+		if !seen[m] { // bond slaves may share an address
+			seen[m] = true
+			macs = append(macs, m)
+		}
+	}
+	return macs, nil
+}
+
+func isZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}

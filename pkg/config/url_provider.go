@@ -1,0 +1,110 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// URLProvider loads the config named on the kernel command line by
+// booty.config=: an http(s):// URL, a file:/// URL or an absolute path.
+//
+// Source empty means the provider does not apply (ErrNoConfig). A named
+// source that cannot be read, answers non-2xx, or does not parse is an error:
+// the operator asked for it explicitly.
+type URLProvider struct {
+	// Source is the booty.config= value.
+	Source string
+	// CACert is a PEM bundle that verifies an https Source; empty uses the system pool.
+	CACert string
+	// Client sends the request; nil builds one with DefaultRequestTimeout and CACert.
+	Client *http.Client
+	// Backoff bounds retries of transport errors and 408/429/5xx answers.
+	Backoff Backoff
+	// ReadFile reads file sources; nil is os.ReadFile.
+	ReadFile func(name string) ([]byte, error)
+	// Log receives retries; nil discards.
+	Log *slog.Logger
+}
+
+// Name names the provider and its source in logs and errors.
+func (p *URLProvider) Name() string { return "cmdline " + CmdlineConfig + "=" + redactURL(p.Source) }
+
+// Load fetches Source (with bounded retries for http), then parses and validates it.
+func (p *URLProvider) Load(ctx context.Context) (*MachineConfig, error) {
+	data, err := p.fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config from %s: %w", redactURL(p.Source), err)
+	}
+	return cfg, nil
+}
+
+func (p *URLProvider) fetch(ctx context.Context) ([]byte, error) {
+	src := strings.TrimSpace(p.Source)
+	if src == "" {
+		return nil, fmt.Errorf("%w: %s not set", ErrNoConfig, CmdlineConfig)
+	}
+	readFile := p.ReadFile
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	if strings.HasPrefix(src, "/") {
+		return readLimited(readFile, src)
+	}
+	u, err := url.Parse(src)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s=%q: %w", CmdlineConfig, src, err)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Path == "" {
+			return nil, fmt.Errorf("%s=%q: want file:///absolute/path", CmdlineConfig, src)
+		}
+		return readLimited(readFile, u.Path)
+	case "http", "https":
+	default:
+		return nil, fmt.Errorf("%s=%q: scheme %q not supported, want http, https, file or an absolute path", CmdlineConfig, redactURL(src), u.Scheme)
+	}
+
+	client := p.Client
+	if client == nil {
+		client, err = newHTTPClient(p.CACert, DefaultRequestTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("config from %s: %w", redactURL(src), err)
+		}
+	}
+	var data []byte
+	err = retry(ctx, p.Backoff, orDiscard(p.Log), "fetch config", func(ctx context.Context) (bool, error) {
+		d, _, again, err := doOnce(ctx, client, http.MethodGet, src, "", nil, "")
+		data = d
+		return again, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetch config: %w", err)
+	}
+	return data, nil
+}
+
+// readLimited reads a config file, refusing one over MaxConfigSize.
+func readLimited(readFile func(string) ([]byte, error), path string) ([]byte, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	if len(data) > MaxConfigSize {
+		return nil, fmt.Errorf("read config %s: larger than %d bytes", path, MaxConfigSize)
+	}
+	return data, nil
+}
+
+// errIsNoConfig reports whether err means "not for this provider".
+func errIsNoConfig(err error) bool { return errors.Is(err, ErrNoConfig) }

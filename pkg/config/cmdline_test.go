@@ -1,0 +1,92 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestParseCmdline(t *testing.T) {
+	cl := ParseCmdline(`BOOT_IMAGE=/vmlinuz root=/dev/ram0 console=tty0 console=ttyS0,115200n8 booty.debug ` +
+		`booty.config="http://192.0.2.1/cfg?a=b c" "quoted=x y" ip=dhcp booty.server=http://192.0.2.1:8080 -- init-arg booty.debug=0` + "\n")
+	tests := []struct {
+		key     string
+		want    string
+		present bool
+	}{
+		{"BOOT_IMAGE", "/vmlinuz", true},
+		{"console", "ttyS0,115200n8", true}, // last one wins
+		{"booty.debug", "", true},
+		{"booty.config", "http://192.0.2.1/cfg?a=b c", true},
+		{"quoted", "x y", true},
+		{"ip", "dhcp", true},
+		{"booty.server", "http://192.0.2.1:8080", true},
+		{"init-arg", "", false}, // after --
+		{"missing", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := cl.Get(tt.key)
+		if got != tt.want || ok != tt.present {
+			t.Errorf("Get(%q) = %q, %v; want %q, %v", tt.key, got, ok, tt.want, tt.present)
+		}
+	}
+	if got := cl.GetAll("console"); !reflect.DeepEqual(got, []string{"tty0", "ttyS0,115200n8"}) {
+		t.Errorf("GetAll(console) = %q", got)
+	}
+	if !cl.Flag("booty.debug") {
+		t.Error("Flag(booty.debug) = false, want true (bare flag; the =0 is after --)")
+	}
+}
+
+func TestCmdlineFlag(t *testing.T) {
+	for in, want := range map[string]bool{
+		"booty.debug": true, "booty.debug=1": true, "booty.debug=yes": true,
+		"booty.debug=0": false, "booty.debug=false": false, "booty.debug=off": false, "": false,
+		"booty.debug booty.debug=no": false,
+	} {
+		if got := ParseCmdline(in).Flag("booty.debug"); got != want {
+			t.Errorf("%q: Flag = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestCmdlineEdgeCases(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []Param
+	}{
+		{"", nil},
+		{"   \t\n", nil},
+		{`a="unterminated b`, []Param{{"a", "unterminated b", true}}},
+		{`k= x=`, []Param{{"k", "", true}, {"x", "", true}}},
+		{`a=b=c`, []Param{{"a", "b=c", true}}},
+		{`"k=v"`, []Param{{"k", "v", true}}},
+	}
+	for _, tt := range tests {
+		if got := ParseCmdline(tt.in).Params; !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseCmdline(%q) = %#v, want %#v", tt.in, got, tt.want)
+		}
+	}
+	cl := ParseCmdline(`a="x y" b c=d`)
+	if s := cl.String(); s != `a="x y" b c=d` {
+		t.Errorf("String() = %q", s)
+	}
+}
+
+func TestReadCmdline(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cmdline")
+	if err := os.WriteFile(p, []byte("booty.server=http://x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := ReadCmdline(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := cl.Get("booty.server"); v != "http://x" {
+		t.Errorf("got %q", v)
+	}
+	if _, err := ReadCmdline(filepath.Join(t.TempDir(), "nope")); err == nil {
+		t.Error("want an error for a missing file")
+	}
+}

@@ -250,7 +250,12 @@ func waitCarrier(ctx context.Context, h *netlink.Handle, links []netlink.Link, t
 			if err != nil {
 				continue // the link vanished; ignore it
 			}
-			if cur.Attrs().RawFlags&unix.IFF_LOWER_UP != 0 {
+			// IFF_LOWER_UP is set the moment the driver sees carrier, but the
+			// kernel only starts transmitting once linkwatch has run and set
+			// the operational state: wait for that too, or the first DHCP
+			// discover is dropped.
+			a := cur.Attrs()
+			if a.RawFlags&unix.IFF_LOWER_UP != 0 && (a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown) {
 				up = append(up, cur)
 			}
 		}
@@ -362,8 +367,9 @@ func dhcpOnce(ctx context.Context, opts Options, l netlink.Link) (*Result, error
 		if err != nil {
 			return fmt.Errorf("open dhcp socket on %s: %w", name, err)
 		}
+		// Retransmit within the attempt: a lost packet costs a quarter of it.
 		client, err = nclient4.NewWithConn(conn, l.Attrs().HardwareAddr,
-			nclient4.WithTimeout(opts.DHCPTimeout), nclient4.WithRetry(1))
+			nclient4.WithTimeout(max(opts.DHCPTimeout/4, 250*time.Millisecond)), nclient4.WithRetry(4))
 		if err != nil {
 			conn.Close()
 			return fmt.Errorf("create dhcp client on %s: %w", name, err)

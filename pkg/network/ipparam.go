@@ -252,3 +252,33 @@ func classfulBits(a netip.Addr) int {
 		return 24
 	}
 }
+
+// ParseStatic builds a MethodStatic config from the MachineConfig's network
+// fields (config.NetworkSpec: Interface, Address in CIDR form, Gateway, DNS).
+// Errors wrap ErrInvalidIPParam and name the bad field.
+func ParseStatic(device, address, gateway string, dns []string) (*StaticConfig, error) {
+	c := &StaticConfig{Method: MethodStatic, Device: device}
+	p, err := netip.ParsePrefix(address)
+	if err != nil || !p.Addr().Is4() {
+		return nil, fmt.Errorf("%w: address %q: not an IPv4 address in CIDR form", ErrInvalidIPParam, address)
+	}
+	c.Address = p
+	if gateway != "" {
+		if c.Gateway, err = netip.ParseAddr(gateway); err != nil || !c.Gateway.Is4() {
+			return nil, fmt.Errorf("%w: gateway %q: not an IPv4 address", ErrInvalidIPParam, gateway)
+		}
+	}
+	for _, d := range dns {
+		a, err := netip.ParseAddr(d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: dns %q: not an IP address", ErrInvalidIPParam, d)
+		}
+		c.DNS = append(c.DNS, a)
+	}
+	if device != "" {
+		if err := checkDevice(device); err != nil {
+			return nil, fmt.Errorf("%w: interface %q: %w", ErrInvalidIPParam, device, err)
+		}
+	}
+	return c, nil
+}

@@ -85,3 +85,26 @@ func TestParseIPParam(t *testing.T) {
 		})
 	}
 }
+
+func TestParseStatic(t *testing.T) {
+	c, err := ParseStatic("eth0", "10.0.0.5/24", "10.0.0.1", []string{"10.0.0.53"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &StaticConfig{Method: MethodStatic, Device: "eth0", Address: netip.MustParsePrefix("10.0.0.5/24"),
+		Gateway: netip.MustParseAddr("10.0.0.1"), DNS: []netip.Addr{netip.MustParseAddr("10.0.0.53")}}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("ParseStatic = %+v, want %+v", c, want)
+	}
+	for _, bad := range [][4]string{
+		{"", "10.0.0.5", "", ""}, {"", "10.0.0.5/24", "gw", ""}, {"", "10.0.0.5/24", "", "dns"},
+	} {
+		var dns []string
+		if bad[3] != "" {
+			dns = []string{bad[3]}
+		}
+		if _, err := ParseStatic(bad[0], bad[1], bad[2], dns); !errors.Is(err, ErrInvalidIPParam) {
+			t.Errorf("ParseStatic(%q) err = %v, want ErrInvalidIPParam", bad, err)
+		}
+	}
+}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -430,5 +432,40 @@ func TestServeAndShutdown(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
 		t.Fatal("listener still accepts after shutdown")
+	}
+}
+
+// TestConcurrentReportsPersistLatest fires reports in parallel and checks the
+// state file ends equal to the in-memory state (no older snapshot wins).
+func TestConcurrentReportsPersistLatest(t *testing.T) {
+	stateDir := t.TempDir()
+	e := newEnv(t, func(o *Options) { o.StateDir = stateDir })
+	const n = 40
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := api.LogBatch{Lines: []api.LogLine{{Message: fmt.Sprintf("line %d", i)}}}
+			if code, _, resp := e.do(t, "POST", "/v1/machines/"+testMAC+"/logs", testToken, body, nil); code != 200 {
+				t.Errorf("POST logs: %d %s", code, resp)
+			}
+		}()
+	}
+	wg.Wait()
+	mem, _ := e.srv.Machine(testMAC)
+	if len(mem.Logs) != n {
+		t.Fatalf("%d log lines in memory, want %d", len(mem.Logs), n)
+	}
+	data, err := os.ReadFile(filepath.Join(stateDir, "aa-bb-cc-dd-ee-ff.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var disk api.MachineState
+	if err := json.Unmarshal(data, &disk); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(disk, mem) {
+		t.Fatalf("state file is not the latest state: %d lines on disk, %d in memory", len(disk.Logs), len(mem.Logs))
 	}
 }

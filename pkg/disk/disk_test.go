@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -131,6 +132,7 @@ func TestSelect(t *testing.T) {
 		{name: "serial plain", spec: hints("serial", "za1b2c3d"), want: "sda"},
 		{name: "serial s!= picks smallest other", spec: hints("serial", "s!= VIRTIO-SERIAL-1"), want: "nvme0n1"},
 		{name: "size exact JSON number", spec: hints("size", float64(20)), want: "vda"},
+		{name: "size json.Number", spec: hints("size", json.Number("100")), want: "nvme0n1"},
 		{name: "size legacy =", spec: hints("size", "= 100"), want: "nvme0n1"},
 		{name: "size < 30", spec: hints("size", "< 30"), want: "vda"},
 		{name: "size or", spec: hints("size", "<or> 100 <or> 500"), want: "nvme0n1"},

@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -116,6 +117,8 @@ func parseHint(key string, kind hintKind, raw any) (Hint, error) {
 			expr = strconv.Itoa(v)
 		case int64:
 			expr = strconv.FormatInt(v, 10)
+		case json.Number: // decoders using UseNumber
+			expr = v.String()
 		default:
 			return hint, fmt.Errorf("value %v is not an integer", raw)
 		}

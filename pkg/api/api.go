@@ -5,12 +5,17 @@
 //
 //	GET  /v1/machines/{mac}/config    the MachineConfig (YAML) for that MAC; 404 when none
 //	GET  /v1/machines/{mac}/ipxe      an iPXE script that boots the agent (text/plain)
+//	GET  /v1/boot.ipxe                an iPXE script that chains to the per-MAC script
 //	POST /v1/machines/{mac}/status    StatusReport   (Authorization: Bearer <machine token>)
 //	POST /v1/machines/{mac}/progress  ProgressReport (Authorization: Bearer <machine token>)
 //	POST /v1/machines/{mac}/logs      LogBatch       (Authorization: Bearer <machine token>)
 //	GET  /v1/machines                 []MachineState, what bootyd recorded so far
 //	GET  /v1/machines/{mac}           MachineState
 //	GET  /files/{path}                files and images, with Range support
+//
+// Reports are answered 200 with the body {}. A missing or wrong bearer token
+// gets 401; a machine whose config has no server.token gets 403 unless bootyd
+// runs with --allow-no-token. Every other non-2xx answer carries an Error.
 package api
 
 import "time"

@@ -1,0 +1,55 @@
+# booty's build. `make help` lists the targets.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+export CGO_ENABLED := 0
+
+OUT      ?= out
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+GOBUILD  := go build -trimpath -ldflags "$(LDFLAGS)"
+# Kernel the initramfs is built for; default: the newest in /boot.
+KVER     ?= $(shell ls -1 /boot/vmlinuz-* 2>/dev/null | sed 's,^/boot/vmlinuz-,,' | sort -V | tail -n1)
+DEMO     := $(OUT)/demo
+
+.PHONY: help deps build initramfs demo-image demo test vet unit e2e bench clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+deps: ## install build and test dependencies (apt-get; needs root)
+	bash hack/deps.sh
+
+build: ## static binaries out/booty and out/bootyd
+	@mkdir -p $(OUT)
+	$(GOBUILD) -o $(OUT)/booty ./cmd/booty
+	$(GOBUILD) -o $(OUT)/bootyd ./cmd/bootyd
+
+initramfs: build ## out/vmlinuz and out/initramfs.img (booty as /init, modules for KVER)
+	@test -n "$(KVER)" || { echo "no kernel in /boot: run 'make deps' (installs linux-image-amd64) or set KVER" >&2; exit 1; }
+	go run ./initramfs --kernel-version $(KVER) --booty $(OUT)/booty \
+		--out $(OUT)/initramfs.img --kernel-out $(OUT)/vmlinuz
+
+demo-image: ## the small GPT demo image in out/demo (raw, zst, gz, xz, SHA256SUMS)
+	bash hack/mkdemoimage.sh $(DEMO)
+
+demo: deps initramfs demo-image ## boot a QEMU machine and provision it from bootyd, showing progress
+	go run ./hack/demo --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO)
+
+vet: ## go vet, with and without the e2e tag
+	go vet ./...
+	go vet -tags e2e ./...
+
+unit: ## unit tests
+	go test -count=1 ./...
+
+e2e: initramfs demo-image ## QEMU end-to-end tests (KVM when available, TCG otherwise)
+	BOOTY_KERNEL=$(CURDIR)/$(OUT)/vmlinuz BOOTY_INITRD=$(CURDIR)/$(OUT)/initramfs.img BOOTY_DEMO=$(CURDIR)/$(DEMO) \
+		go test -count=1 -tags e2e -timeout 45m -v ./test/e2e/...
+
+test: deps vet unit e2e ## everything CI runs: vet, unit tests, end-to-end tests
+
+bench: ## write-path benchmarks
+	go test -run '^$$' -bench . -benchmem ./pkg/image/...
+
+clean:
+	rm -rf $(OUT)

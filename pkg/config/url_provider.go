@@ -2,7 +2,6 @@ package config
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -106,5 +105,3 @@ func readLimited(readFile func(string) ([]byte, error), path string) ([]byte, er
 	return data, nil
 }
 
-// errIsNoConfig reports whether err means "not for this provider".
-func errIsNoConfig(err error) bool { return errors.Is(err, ErrNoConfig) }

@@ -81,12 +81,12 @@ func fakeMachine(t *testing.T) string {
 		"proc/modules": "",
 		"dev/ttyS0":    "",
 		"dev/tty0":     "",
-		"sys/devices/pci0000:00/0000:00:04.0/modalias":  "pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00\n",
-		"sys/devices/pci0000:00/0000:00:02.0/modalias":  "pci:v00001234d00001111sv00001AF4sd00001100bc03sc00i00\n",
-		"sys/devices/platform/serial8250/modalias":      "platform:serial8250\n",
-		"sys/devices/pci0000:00/0000:00:04.0/vendor":    "0x1af4\n",
-		"sys/firmware/efi/runtime":                      "",
-		"etc/booty/modules-load":                        "# filesystems\next4\nnosuch # not in this kernel\n",
+		"sys/devices/pci0000:00/0000:00:04.0/modalias": "pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00\n",
+		"sys/devices/pci0000:00/0000:00:02.0/modalias": "pci:v00001234d00001111sv00001AF4sd00001100bc03sc00i00\n",
+		"sys/devices/platform/serial8250/modalias":     "platform:serial8250\n",
+		"sys/devices/pci0000:00/0000:00:04.0/vendor":   "0x1af4\n",
+		"sys/firmware/efi/runtime":                     "",
+		"etc/booty/modules-load":                       "# filesystems\next4\nnosuch # not in this kernel\n",
 	}
 	for _, f := range []string{"modules.dep", "modules.alias", "modules.softdep", "modules.builtin"} {
 		b, err := os.ReadFile(filepath.Join("kmod", "testdata", f))

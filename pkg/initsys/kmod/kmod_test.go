@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -223,16 +224,19 @@ func TestLoaderLoad(t *testing.T) {
 				return fmt.Errorf("finit_module: %w", os.ErrExist)
 			case "net_failover":
 				return errors.New("finit_module: unknown symbol")
+			case "virtio_pci_modern_dev":
+				return fmt.Errorf("finit_module: %w", syscall.ENODEV)
 			}
 			return nil
 		},
 	}
-	loaded, err := l.Load("virtio_blk", "virtio-net", "nosuch")
+	loaded, err := l.Load("virtio_blk", "virtio-net", "nosuch", "virtio_pci_modern_dev")
 	wantCalls := []string{
 		"/lib/modules/test/kernel/drivers/virtio/virtio_ring.ko",
 		"/lib/modules/test/kernel/drivers/block/virtio_blk.ko",
 		"/lib/modules/test/kernel/drivers/net/net_failover.ko",
 		"/lib/modules/test/kernel/drivers/net/virtio_net.ko",
+		"/lib/modules/test/kernel/drivers/virtio/virtio_pci_modern_dev.ko",
 	}
 	if !slices.Equal(calls, wantCalls) {
 		t.Errorf("Init calls = %v, want %v", calls, wantCalls)
@@ -240,7 +244,7 @@ func TestLoaderLoad(t *testing.T) {
 	if want := []string{"virtio_blk", "virtio_net"}; !slices.Equal(loaded, want) {
 		t.Errorf("loaded = %v, want %v", loaded, want)
 	}
-	if !errors.Is(err, ErrNotFound) || !strings.Contains(fmt.Sprint(err), "net_failover") {
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(fmt.Sprint(err), "net_failover") || strings.Contains(fmt.Sprint(err), "virtio_pci_modern_dev") {
 		t.Errorf("err = %v, want ErrNotFound for nosuch and the net_failover failure", err)
 	}
 	// A second call loads nothing again.

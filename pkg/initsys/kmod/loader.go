@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
@@ -29,7 +30,8 @@ type Loader struct {
 	// finit_module(2), for compressed files with MODULE_INIT_COMPRESSED_FILE
 	// and, when the kernel refuses that, init_module(2) on the file
 	// decompressed in memory. An error wrapping os.ErrExist (EEXIST) means
-	// the module was already loaded.
+	// the module was already loaded; ENODEV means its init found nothing
+	// to drive, which is logged but not counted as a failure.
 	Init func(path, params string) error
 	// ProcModules and SysModule tell which modules the kernel already has
 	// (/proc/modules, /sys/module).
@@ -135,6 +137,12 @@ func (l *Loader) loadOne(m *Module) (bool, error) {
 	err := l.Init(p, "")
 	l.have[m.Name] = true // loaded, or failed: do not try again this boot
 	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if errors.Is(err, syscall.ENODEV) {
+		// The module's init found nothing to drive (a CPU feature
+		// missing, not an EFI system): normal, not a failure.
+		l.Log.Info("module found no device", "module", m.Name)
 		return false, nil
 	}
 	if err != nil {

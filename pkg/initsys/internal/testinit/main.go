@@ -1,0 +1,49 @@
+// Command testinit is a throwaway /init for the initsys e2e test: it brings
+// the machine up with initsys.Bringup, prints the modules it loaded and the
+// block and network devices it sees, each on a line starting with
+// "TESTINIT ", then powers off through System.Handoff.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/booty-dev/booty/pkg/initsys"
+)
+
+func main() {
+	defer initsys.RecoverAndReboot(nil, false, 2*time.Second)
+	start := time.Now()
+	sys, err := initsys.Bringup(initsys.Options{})
+	if err != nil {
+		panic(fmt.Sprintf("bringup: %v", err))
+	}
+	out := sys.Console
+	fmt.Fprintf(out, "TESTINIT bringup %s\n", time.Since(start).Round(time.Millisecond))
+	for _, m := range sys.LoadedModules {
+		fmt.Fprintf(out, "TESTINIT module %s\n", m)
+	}
+	list(out, "block", "/sys/class/block")
+	list(out, "net", "/sys/class/net")
+	if b, err := os.ReadFile("/proc/uptime"); err == nil {
+		fmt.Fprintf(out, "TESTINIT uptime %s\n", strings.Fields(string(b))[0])
+	}
+	fmt.Fprintf(out, "TESTINIT done\n")
+	if err := sys.Handoff(initsys.Handoff{Action: initsys.Poweroff}); err != nil {
+		panic(fmt.Sprintf("handoff: %v", err))
+	}
+}
+
+func list(out io.Writer, kind, dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		fmt.Fprintf(out, "TESTINIT %s error %v\n", kind, err)
+		return
+	}
+	for _, e := range entries {
+		fmt.Fprintf(out, "TESTINIT %s %s\n", kind, e.Name())
+	}
+}

@@ -1,0 +1,236 @@
+// Package agent is what booty does as PID 1 once the machine is up: network,
+// config, the provisioning run, and the decision of how to leave the machine.
+// It never performs the handoff itself; Run returns it, and the caller hands
+// off through initsys in one place.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/initsys"
+	"github.com/booty-dev/booty/pkg/network"
+	"github.com/booty-dev/booty/pkg/provision"
+)
+
+// Timeouts of the agent's phases. Every wait has one.
+const (
+	NetworkTimeout     = 90 * time.Second
+	ConfigTimeout      = 5 * time.Minute
+	RunTimeout         = 4 * time.Hour
+	DefaultFailDelay   = 30 * time.Second
+	logShipInterval    = 2 * time.Second
+	logShipFlushPeriod = 10 * time.Second
+)
+
+// Runner is what the agent needs of a provisioning run; *provision.Orchestrator implements it.
+type Runner interface {
+	Provision(ctx context.Context) error
+	Deprovision(ctx context.Context) error
+	FirmwareChanged() bool
+}
+
+// Agent holds the agent's dependencies. Fields are seams: New fills them with
+// the real implementations and tests replace them.
+type Agent struct {
+	Log     *slog.Logger
+	Cmdline config.Cmdline
+
+	ConfigureNetwork func(ctx context.Context, opts network.Options) (*network.Result, error)
+	LoadConfig       func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
+	NewRunner        func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner
+	// Sleep waits before a failure action; it returns early when ctx ends.
+	Sleep func(ctx context.Context, d time.Duration)
+}
+
+// New returns an Agent for the brought-up system.
+func New(sys *initsys.System) *Agent {
+	a := &Agent{
+		Log:              sys.Log,
+		Cmdline:          config.ParseCmdline(sys.Cmdline.Raw),
+		ConfigureNetwork: network.Configure,
+		Sleep: func(ctx context.Context, d time.Duration) {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		},
+	}
+	a.LoadConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
+		return config.LoadChain(ctx, a.Log, config.ProvidersFromCmdline(cl, config.WithLogger(a.Log))...)
+	}
+	a.NewRunner = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner {
+		dm := disk.NewManager()
+		o := provision.NewOrchestrator(cfg, p, dm)
+		o.SetLogger(log)
+		provision.SetDebugLogger(log)
+		return o
+	}
+	return a
+}
+
+// Run brings up the network, loads the config, runs the provisioning (or
+// deprovisioning) plan and returns how to leave the machine. Failures are
+// logged and reported; they choose the handoff through the failure policy.
+func (a *Agent) Run(ctx context.Context) initsys.Handoff {
+	hold := a.Cmdline.Flag("booty.debug=hold") || a.debugHold()
+
+	netRes, err := a.network(ctx)
+	if err != nil {
+		// Not fatal: a config drive or /deploy still works without network.
+		a.Log.Warn("network not configured; continuing", "error", err)
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
+	cfg, provider, err := a.LoadConfig(cctx, a.Cmdline)
+	cancel()
+	if err != nil {
+		a.Log.Error("cannot load the machine config", "step", "load-config", "error", err)
+		return a.failure(ctx, nil, hold)
+	}
+	a.Log.Info("config loaded", "provider", provider.Name(), "hostname", cfg.Hostname, "mode", cfg.Mode)
+
+	provider = a.withReporter(cfg, provider, netRes)
+	log := a.Log
+	var ship *logShipper
+	if lr, ok := provider.(config.LogReporter); ok {
+		ship = newLogShipper(lr, a.Log.Handler())
+		log = slog.New(ship)
+		defer ship.Close()
+	}
+
+	r := a.NewRunner(cfg, provider, log)
+	rctx, cancel := context.WithTimeout(ctx, RunTimeout)
+	defer cancel()
+	switch cfg.Mode {
+	case config.ModeDeprovision, config.ModeSoftDeprovision:
+		err = r.Deprovision(rctx)
+	default:
+		err = r.Provision(rctx)
+	}
+	if err != nil {
+		log.Error("run failed", "mode", cfg.Mode, "step", provision.FailedStep(err), "error", err)
+		if ship != nil {
+			ship.Close()
+		}
+		return a.failure(ctx, cfg, hold)
+	}
+	h := Decide(cfg, r.FirmwareChanged())
+	log.Info("run succeeded; handing off", "action", h.Action.String())
+	if ship != nil {
+		ship.Close()
+	}
+	return h
+}
+
+func (a *Agent) debugHold() bool {
+	v, _ := a.Cmdline.Get("booty.debug")
+	return v == "hold"
+}
+
+// network configures the agent's network from ip= or DHCP.
+func (a *Agent) network(ctx context.Context) (*network.Result, error) {
+	opts := network.Options{Logger: a.Log, Timeout: NetworkTimeout}
+	if v, ok := a.Cmdline.Get("ip"); ok {
+		sc, err := network.ParseIPParam(v)
+		if err != nil {
+			return nil, fmt.Errorf("kernel parameter ip=%s: %w", v, err)
+		}
+		if sc.Method == network.MethodOff {
+			a.Log.Info("network disabled by ip=" + v)
+			return nil, nil
+		}
+		if sc.Method == network.MethodStatic {
+			opts.Static = sc
+		}
+	}
+	nctx, cancel := context.WithTimeout(ctx, NetworkTimeout)
+	defer cancel()
+	res, err := a.ConfigureNetwork(nctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	a.Log.Info("network up", "interface", res.Interface, "mac", res.MAC, "address", res.Address.String(),
+		"gateway", res.Gateway.String(), "method", string(res.Method))
+	return res, nil
+}
+
+// withReporter makes sure reports reach bootyd when the config names a
+// server but came from a provider that cannot report (a URL, config drive).
+func (a *Agent) withReporter(cfg *config.MachineConfig, p config.Provider, netRes *network.Result) config.Provider {
+	if _, ok := p.(config.StatusReporter); ok || cfg.Server.URL == "" {
+		return p
+	}
+	mac := ""
+	if netRes != nil {
+		mac = netRes.MAC
+	}
+	if mac == "" {
+		a.Log.Warn("config names a server but no MAC is known to report as; reports disabled")
+		return p
+	}
+	r, err := config.NewServerReporter(cfg.Server, mac)
+	if err != nil {
+		a.Log.Warn("cannot report to the config's server", "error", err)
+		return p
+	}
+	return reportingProvider{Provider: p, ServerProvider: r}
+}
+
+type reportingProvider struct {
+	config.Provider
+	*config.ServerProvider
+}
+
+func (r reportingProvider) Name() string { return r.Provider.Name() }
+func (r reportingProvider) Load(ctx context.Context) (*config.MachineConfig, error) {
+	return r.Provider.Load(ctx)
+}
+
+// Decide returns the handoff after a successful run: a hard reboot when
+// firmware changed, otherwise what the config asks. Kexec needs the
+// installed kernel; until it is found from the installed OS's boot entries
+// the handoff falls back to a reboot.
+func Decide(cfg *config.MachineConfig, firmwareChanged bool) initsys.Handoff {
+	if firmwareChanged {
+		return initsys.Handoff{Action: initsys.Reboot}
+	}
+	switch cfg.Handoff {
+	case config.HandoffPoweroff:
+		return initsys.Handoff{Action: initsys.Poweroff}
+	case config.HandoffReboot:
+		return initsys.Handoff{Action: initsys.Reboot}
+	}
+	// Kexec: no installed kernel is known to this build yet.
+	return initsys.Handoff{Action: initsys.Reboot}
+}
+
+// failure applies the failure policy: hold when asked (config or
+// booty.debug=hold), otherwise wait the delay and reboot or power off.
+func (a *Agent) failure(ctx context.Context, cfg *config.MachineConfig, hold bool) initsys.Handoff {
+	action, delay := config.FailureReboot, DefaultFailDelay
+	if cfg != nil {
+		if cfg.OnFailure.Action != "" {
+			action = cfg.OnFailure.Action
+		}
+		if cfg.OnFailure.Delay.Duration > 0 {
+			delay = cfg.OnFailure.Delay.Duration
+		}
+	}
+	if hold || action == config.FailureHold {
+		a.Log.Error("holding the machine for debugging (failure policy hold or booty.debug=hold)")
+		return initsys.Handoff{Action: initsys.Hold}
+	}
+	a.Log.Error(fmt.Sprintf("failure policy: %s in %s", action, delay))
+	a.Sleep(ctx, delay)
+	if action == config.FailurePoweroff {
+		return initsys.Handoff{Action: initsys.Poweroff}
+	}
+	return initsys.Handoff{Action: initsys.Reboot}
+}

@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/initsys"
+	"github.com/booty-dev/booty/pkg/network"
+)
+
+type fakeRunner struct {
+	provisionErr error
+	firmware     bool
+	ran          string
+	log          *slog.Logger
+}
+
+func (r *fakeRunner) Provision(context.Context) error {
+	r.ran = "provision"
+	r.log.Info("writing image", "step", "write-image")
+	return r.provisionErr
+}
+func (r *fakeRunner) Deprovision(context.Context) error { r.ran = "deprovision"; return nil }
+func (r *fakeRunner) FirmwareChanged() bool             { return r.firmware }
+
+type logSink struct {
+	mu    sync.Mutex
+	lines []api.LogLine
+}
+
+func (s *logSink) Name() string                                       { return "sink" }
+func (s *logSink) Load(context.Context) (*config.MachineConfig, error) { return nil, config.ErrNoConfig }
+func (s *logSink) ReportLogs(_ context.Context, l []api.LogLine) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = append(s.lines, l...)
+	return nil
+}
+
+func testAgent(t *testing.T, cmdline string, cfg *config.MachineConfig, loadErr error, r *fakeRunner) (*Agent, *bytes.Buffer, *[]time.Duration, *logSink) {
+	var out bytes.Buffer
+	sink := &logSink{}
+	var slept []time.Duration
+	a := &Agent{
+		Log:     slog.New(slog.NewTextHandler(&out, nil)),
+		Cmdline: config.ParseCmdline(cmdline),
+		ConfigureNetwork: func(context.Context, network.Options) (*network.Result, error) {
+			return &network.Result{Method: network.MethodDHCP, Interface: "eth0", MAC: "52:54:00:12:34:56",
+				Address: netip.MustParsePrefix("10.0.2.15/24")}, nil
+		},
+		LoadConfig: func(context.Context, config.Cmdline) (*config.MachineConfig, config.Provider, error) {
+			return cfg, sink, loadErr
+		},
+		NewRunner: func(_ *config.MachineConfig, _ config.Provider, log *slog.Logger) Runner {
+			r.log = log
+			return r
+		},
+		Sleep: func(_ context.Context, d time.Duration) { slept = append(slept, d) },
+	}
+	return a, &out, &slept, sink
+}
+
+func cfgWith(f func(*config.MachineConfig)) *config.MachineConfig {
+	c := &config.MachineConfig{APIVersion: config.APIVersion, Mode: config.ModeProvision, Handoff: config.HandoffPoweroff,
+		OnFailure: config.FailureSpec{Action: config.FailureReboot, Delay: config.Duration{Duration: 5 * time.Second}}}
+	if f != nil {
+		f(c)
+	}
+	return c
+}
+
+func TestRunHandoff(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name    string
+		cmdline string
+		cfg     *config.MachineConfig
+		loadErr error
+		runErr  error
+		fw      bool
+		want    initsys.Action
+		slept   []time.Duration
+		ran     string
+	}{
+		{name: "success poweroff", cfg: cfgWith(nil), want: initsys.Poweroff, ran: "provision"},
+		{name: "success reboot", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffReboot }), want: initsys.Reboot, ran: "provision"},
+		{name: "firmware changed forces reboot", cfg: cfgWith(nil), fw: true, want: initsys.Reboot, ran: "provision"},
+		{name: "deprovision mode", cfg: cfgWith(func(c *config.MachineConfig) { c.Mode = config.ModeDeprovision }), want: initsys.Poweroff, ran: "deprovision"},
+		{name: "failure reboots after delay", cfg: cfgWith(nil), runErr: boom, want: initsys.Reboot, slept: []time.Duration{5 * time.Second}, ran: "provision"},
+		{name: "failure poweroff", cfg: cfgWith(func(c *config.MachineConfig) { c.OnFailure.Action = config.FailurePoweroff }), runErr: boom, want: initsys.Poweroff, slept: []time.Duration{5 * time.Second}, ran: "provision"},
+		{name: "failure hold by config", cfg: cfgWith(func(c *config.MachineConfig) { c.OnFailure.Action = config.FailureHold }), runErr: boom, want: initsys.Hold, ran: "provision"},
+		{name: "failure hold by cmdline", cmdline: "console=ttyS0 booty.debug=hold", cfg: cfgWith(nil), runErr: boom, want: initsys.Hold, ran: "provision"},
+		{name: "no config: default policy", loadErr: config.ErrNoConfig, want: initsys.Reboot, slept: []time.Duration{DefaultFailDelay}},
+		{name: "no config: hold", cmdline: "booty.debug=hold", loadErr: config.ErrNoConfig, want: initsys.Hold},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &fakeRunner{provisionErr: tt.runErr, firmware: tt.fw}
+			a, out, slept, _ := testAgent(t, tt.cmdline, tt.cfg, tt.loadErr, r)
+			h := a.Run(context.Background())
+			if h.Action != tt.want {
+				t.Fatalf("handoff = %v, want %v\n%s", h.Action, tt.want, out)
+			}
+			if len(*slept) != len(tt.slept) || (len(tt.slept) > 0 && (*slept)[0] != tt.slept[0]) {
+				t.Fatalf("slept %v, want %v", *slept, tt.slept)
+			}
+			if r.ran != tt.ran {
+				t.Fatalf("ran %q, want %q", r.ran, tt.ran)
+			}
+		})
+	}
+}
+
+func TestRunShipsLogs(t *testing.T) {
+	r := &fakeRunner{}
+	a, out, _, sink := testAgent(t, "", cfgWith(nil), nil, r)
+	a.Run(context.Background())
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var msgs []string
+	for _, l := range sink.lines {
+		msgs = append(msgs, l.Message)
+	}
+	all := strings.Join(msgs, "\n")
+	if !strings.Contains(all, "writing image step=write-image") || !strings.Contains(all, "run succeeded") {
+		t.Fatalf("shipped lines = %q", msgs)
+	}
+	if !strings.Contains(out.String(), "writing image") {
+		t.Fatalf("console lacks the line: %s", out)
+	}
+}
+
+func TestBadIPParamIsNotFatal(t *testing.T) {
+	r := &fakeRunner{}
+	a, out, _, _ := testAgent(t, "ip=1.2.3", cfgWith(nil), nil, r)
+	if h := a.Run(context.Background()); h.Action != initsys.Poweroff {
+		t.Fatalf("handoff = %v", h.Action)
+	}
+	if !strings.Contains(out.String(), "ip=1.2.3") {
+		t.Fatalf("bad ip= not named in log: %s", out)
+	}
+}

@@ -160,13 +160,17 @@ func (p *DeployDirProvider) ReportLogs(ctx context.Context, lines []api.LogLine)
 }
 
 func (p *DeployDirProvider) post(ctx context.Context, url, body, token string) error {
-	client := p.Client
-	if client == nil {
-		var err error
-		if client, err = newHTTPClient("", DefaultRequestTimeout); err != nil {
+	p.mu.Lock()
+	if p.Client == nil {
+		c, err := newHTTPClient("", DefaultRequestTimeout)
+		if err != nil {
+			p.mu.Unlock()
 			return err
 		}
+		p.Client = c
 	}
+	client := p.Client
+	p.mu.Unlock()
 	b := p.Backoff
 	if b == (Backoff{}) {
 		b = DefaultReportBackoff

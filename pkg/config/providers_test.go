@@ -350,7 +350,6 @@ func jsonOf(t *testing.T, v any) string {
 	return string(b)
 }
 
-
 func TestDeployDirProvider(t *testing.T) {
 	t.Run("config.yaml wins over vars", func(t *testing.T) {
 		dir := tree(t, map[string]string{"config.yaml": validYAML, "vars": sampleVars})
@@ -617,5 +616,36 @@ func TestPhysicalMACs(t *testing.T) {
 	}
 	if _, err := PhysicalMACs(filepath.Join(sys, "nope")); err == nil {
 		t.Error("want an error for a missing sysfs")
+	}
+}
+
+// TestServerReporterConcurrent reports from several goroutines at once, as
+// the log shipper and the step runner do; run with -race.
+func TestServerReporterConcurrent(t *testing.T) {
+	srv := newRecorder(t, nil)
+	p := &ServerProvider{URL: srv.URL, Backoff: fastBackoff,
+		MACs: func() ([]string, error) { return []string{"52:54:00:aa:bb:01"}, nil }}
+	srv.handle = func(w http.ResponseWriter, r *http.Request, n int) {
+		if strings.HasSuffix(r.URL.Path, "/config") {
+			io.WriteString(w, validYAML)
+		}
+	}
+	if _, err := p.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if err := p.ReportLogs(context.Background(), []api.LogLine{{Message: "m"}}); err != nil {
+				t.Error(err)
+			}
+			if err := p.ReportStatus(context.Background(), api.StatusReport{Step: "s", Index: i}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(srv.requests()); n != 1+16 {
+		t.Errorf("%d requests, want 17", n)
 	}
 }

@@ -51,6 +51,7 @@ type ServerProvider struct {
 // reportTarget is where and as whom reports go.
 type reportTarget struct {
 	base, mac, token string
+	client           *http.Client // nil: the provider's client
 }
 
 // Name names the provider and server in logs and errors.
@@ -86,6 +87,8 @@ func (p *ServerProvider) MAC() string {
 }
 
 func (p *ServerProvider) client() (*http.Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.Client != nil {
 		return p.Client, nil
 	}
@@ -141,12 +144,18 @@ func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("config from bootyd %s for %s: %w", redactURL(p.URL), mac, err)
 		}
-		base := p.URL
+		t := reportTarget{base: p.URL, mac: mac, token: cfg.Server.Token}
 		if cfg.Server.URL != "" {
-			base = cfg.Server.URL
+			t.base = cfg.Server.URL
+		}
+		if cfg.Server.CACert != "" {
+			// The config names its own trust for its server.
+			if t.client, err = newHTTPClient(cfg.Server.CACert, DefaultRequestTimeout); err != nil {
+				return nil, fmt.Errorf("config from bootyd %s for %s: server.caCert: %w", redactURL(p.URL), mac, err)
+			}
 		}
 		p.mu.Lock()
-		p.rep = reportTarget{base: base, mac: mac, token: cfg.Server.Token}
+		p.rep = t
 		p.ready = true
 		p.mu.Unlock()
 		log.Info("bootyd answered", "server", redactURL(p.URL), "mac", mac)
@@ -186,9 +195,11 @@ func (p *ServerProvider) report(ctx context.Context, what string, v any) error {
 	if err != nil {
 		return fmt.Errorf("report %s: encode: %w", what, err)
 	}
-	client, err := p.client()
-	if err != nil {
-		return err
+	client := t.client
+	if client == nil {
+		if client, err = p.client(); err != nil {
+			return err
+		}
 	}
 	u := machineURL(t.base, t.mac, what)
 	b := p.Backoff

@@ -104,4 +104,3 @@ func readLimited(readFile func(string) ([]byte, error), path string) ([]byte, er
 	}
 	return data, nil
 }
-

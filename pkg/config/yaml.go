@@ -82,4 +82,3 @@ func orderedValue(dec *json.Decoder) (any, error) {
 		return t, nil // string or bool
 	}
 }
-

@@ -1,0 +1,199 @@
+// Package image writes an OS image onto a disk: it streams the image from a
+// URL or a file, decompresses it (format found by magic bytes), hashes the
+// served and the decompressed bytes as they pass, and writes it to a block
+// device or regular file so that the target is never bootable with an
+// unverified image: the first MiB (partition table) and the last MiB of the
+// image (backup GPT) are held back and written only after every checksum
+// matched; any failure zeroes them again.
+package image
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Errors that callers tell apart with errors.Is.
+var (
+	// ErrChecksumMismatch: the served file or the decompressed image does
+	// not hash to the expected checksum.
+	ErrChecksumMismatch = errors.New("checksum mismatch")
+	// ErrNoChecksum: neither Checksum nor ImageChecksum was given and
+	// AllowUnverified is false.
+	ErrNoChecksum = errors.New("no checksum given and unverified images are not allowed")
+	// ErrBadChecksum: a checksum option is not "sha256:HEX" or "sha512:HEX".
+	ErrBadChecksum = errors.New("malformed checksum")
+	// ErrTargetTooSmall: the image does not fit on the target.
+	ErrTargetTooSmall = errors.New("target too small for image")
+	// ErrUnsupportedFormat: the image is a container Write does not unpack
+	// (qcow2, VMDK, VHDX).
+	ErrUnsupportedFormat = errors.New("unsupported image format")
+	// ErrCorruptSource: the compressed stream is corrupt or truncated, or the
+	// image is empty.
+	ErrCorruptSource = errors.New("corrupt or truncated image stream")
+	// ErrSourceChanged: the served file changed while it was downloaded, or
+	// the server cannot resume safely.
+	ErrSourceChanged = errors.New("source changed during download")
+	// ErrFetch: the source could not be read (network, HTTP status, file
+	// error) even after the allowed retries.
+	ErrFetch = errors.New("fetch image")
+	// ErrBadSource: the source option cannot be used (bad URL, scheme, CA).
+	ErrBadSource = errors.New("bad image source")
+	// ErrBadTarget: the target is neither a block device nor a regular file.
+	ErrBadTarget = errors.New("bad target")
+	// ErrWriteTarget: writing or syncing the target failed.
+	ErrWriteTarget = errors.New("write target")
+)
+
+// Default tuning; see the fields of Options.
+const (
+	DefaultChunkSize        = 4 << 20
+	DefaultBuffers          = 4
+	DefaultConnectTimeout   = 30 * time.Second
+	DefaultHeaderTimeout    = 30 * time.Second
+	DefaultIdleTimeout      = 60 * time.Second
+	DefaultRetries          = 5
+	DefaultRetryBackoff     = time.Second
+	DefaultProgressInterval = time.Second
+
+	// HoldBack is how much of the image start (partition table, boot code)
+	// and of the image end (backup GPT) is written only after verification.
+	HoldBack = 1 << 20
+)
+
+// Options says what to write where and how to check it.
+type Options struct {
+	// Source is an http://, https:// or file:// URL or a plain path.
+	Source string
+	// Checksum is "sha256:HEX" or "sha512:HEX" of the file as served
+	// (compressed or not). Optional.
+	Checksum string
+	// ImageChecksum is the same for the decompressed image. Optional.
+	ImageChecksum string
+	// AllowUnverified lets Write run with neither checksum. Only for an
+	// explicit operator choice (booty write-image --insecure-skip-verify).
+	AllowUnverified bool
+
+	// Target is a block device or a regular file path. A missing path is
+	// created as a regular file; a regular file is truncated before the
+	// first write (and then written sparsely).
+	Target string
+	// TargetSize caps the usable size of the target in bytes; 0 means the
+	// size of the block device, or unlimited for a regular file.
+	TargetSize int64
+	// TargetWriter, when set, is written instead of opening Target (which
+	// then only names it in messages). It is written densely and not closed.
+	TargetWriter Target
+
+	// CACert is a PEM bundle trusted for https sources; nil means the
+	// system pool. Ignored when HTTPClient is set.
+	CACert []byte
+	// HTTPClient replaces the client Write builds (CACert and the connect
+	// and header timeouts then do not apply; IdleTimeout still does).
+	HTTPClient *http.Client
+	// ConnectTimeout bounds TCP connect and TLS handshake (default 30 s).
+	ConnectTimeout time.Duration
+	// HeaderTimeout bounds the wait for response headers (default 30 s).
+	HeaderTimeout time.Duration
+	// IdleTimeout is how long a download may stall before the connection
+	// is dropped and resumed (default 60 s).
+	IdleTimeout time.Duration
+	// Retries bounds consecutive failed attempts without progress
+	// (default 5; negative means none).
+	Retries int
+	// RetryBackoff is the first wait between attempts, doubled each time up
+	// to 30 s (default 1 s).
+	RetryBackoff time.Duration
+
+	// ChunkSize is the size of one write, a multiple of 4 KiB and at least
+	// HoldBack (default 4 MiB).
+	ChunkSize int
+	// Buffers is how many chunks may be in flight between decompressor and
+	// writer, at least 2 (default 4). Memory use is about
+	// (Buffers+1)*ChunkSize whatever the image size.
+	Buffers int
+
+	// Progress is called at most once per ProgressInterval while writing,
+	// and once at the end with Done set (also on failure). Calls come from
+	// one goroutine at a time. May be nil.
+	Progress func(Progress)
+	// ProgressInterval defaults to 1 s.
+	ProgressInterval time.Duration
+	// Log receives what happens; nil discards.
+	Log *slog.Logger
+
+	// blindResume lets an HTTP download resume without a validator because
+	// a checksum will catch a changed file.
+	blindResume bool
+}
+
+// Progress is a snapshot of a running Write.
+type Progress struct {
+	// BytesDone counts decompressed image bytes written to the target
+	// (held-back bytes count once they are written at the end).
+	BytesDone int64
+	// BytesTotal is the image size when known in advance, else 0.
+	BytesTotal int64
+	// Rate is the recent write rate in bytes per second.
+	Rate float64
+	// ETA is the estimated time left, 0 when unknown.
+	ETA time.Duration
+	// Done is set on the final call.
+	Done bool
+}
+
+// Result describes a successful Write.
+type Result struct {
+	// ImageSize is the decompressed image size written to the target.
+	ImageSize int64
+	// SourceBytes is how many bytes of the served file were read.
+	SourceBytes int64
+	// SourceDigest and ImageDigest are "ALGO:HEX" of the served file and of
+	// the image, in the algorithm of the matching checksum (sha256 when
+	// none was given).
+	SourceDigest, ImageDigest string
+	// Format is the detected container format.
+	Format Format
+	// Resumes counts how often an HTTP download was resumed.
+	Resumes int
+	// Duration is the wall time of Write.
+	Duration time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	if o.ChunkSize < HoldBack {
+		o.ChunkSize = HoldBack
+	}
+	o.ChunkSize = (o.ChunkSize + 4095) &^ 4095
+	if o.Buffers < 2 {
+		o.Buffers = DefaultBuffers
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	switch {
+	case o.Retries == 0:
+		o.Retries = DefaultRetries
+	case o.Retries < 0:
+		o.Retries = 0
+	}
+	if o.RetryBackoff <= 0 {
+		o.RetryBackoff = DefaultRetryBackoff
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = DefaultProgressInterval
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}

@@ -105,7 +105,7 @@ func TestArgs(t *testing.T) {
 			cfg:   Config{Disks: []Disk{{Path: "/d/a.img", BlkDebugConfig: "/d/err.conf", Serial: "BAD"}}},
 			accel: AccelTCG,
 			want: map[string][]string{
-				"-drive": {"if=none,id=disk0,driver=raw,file.driver=blkdebug,file.config=/d/err.conf,file.image.driver=file,file.image.filename=/d/a.img,discard=unmap"},
+				"-drive":  {"if=none,id=disk0,driver=raw,file.driver=blkdebug,file.config=/d/err.conf,file.image.driver=file,file.image.filename=/d/a.img,discard=unmap"},
 				"-device": {"virtio-blk-pci,drive=disk0,serial=BAD"},
 			},
 		},

@@ -102,15 +102,48 @@ func testInitramfs(t *testing.T, prog, kernel string, modules []string) string {
 // TestBootHello proves the harness: a real kernel boots a tiny initramfs
 // whose /init prints hello and the command line, then powers off.
 func TestBootHello(t *testing.T) {
-	tests := []struct {
-		name string
-		uefi bool
-	}{
-		{"bios", false},
-		{"uefi", true},
-	}
 	kernel := hostKernel(t)
 	initrd := testInitramfs(t, "hello", kernel, nil)
+	// Every disk interface and option, so QEMU itself checks the arguments
+	// the builder makes for them.
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw.img")
+	if err := os.WriteFile(raw, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rw := filepath.Join(dir, "rw.img")
+	if err := os.WriteFile(rw, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qcow, qcow2 := filepath.Join(dir, "disk.qcow2"), filepath.Join(dir, "disk2.qcow2")
+	for _, p := range []string{qcow, qcow2} {
+		if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", p, "16M").CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img create: %v\n%s", err, out)
+		}
+	}
+	conf := filepath.Join(dir, "blkdebug.conf")
+	if err := os.WriteFile(conf, []byte("[inject-error]\nevent = \"read_aio\"\nerrno = \"5\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	allDisks := []Disk{
+		{Path: raw, ReadOnly: true},
+		{Path: qcow, Format: "qcow2", Interface: IfaceNVMe},
+		{Path: raw, Interface: IfaceSCSI, ReadOnly: true, Serial: "S1"},
+		{Path: raw, Interface: IfaceSCSI, CDROM: true},
+		{Path: rw, Interface: IfaceIDE, Serial: "IDE0"},
+		{Path: raw, CDROM: true},
+		{Path: raw, Interface: IfaceUSB, ReadOnly: true},
+		{Path: qcow2, Format: "qcow2", BlkDebugConfig: conf},
+	}
+	tests := []struct {
+		name  string
+		uefi  bool
+		disks []Disk
+	}{
+		{"bios", false, nil},
+		{"uefi", true, nil},
+		{"all disk interfaces", false, allDisks},
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
@@ -119,6 +152,7 @@ func TestBootHello(t *testing.T) {
 				Initrd:  initrd,
 				Append:  "quiet booty.test=hello",
 				UEFI:    tt.uefi,
+				Disks:   tt.disks,
 				Memory:  512,
 				Timeout: 5 * time.Minute,
 			})

@@ -294,6 +294,7 @@ func (c Config) args(accel Accel, varsPath string) ([]string, error) {
 func (c Config) diskArgs() ([]string, error) {
 	var a []string
 	var haveSCSI, haveUSB bool
+	var nIDE int
 	for i, d := range c.Disks {
 		if d.Path == "" {
 			return nil, fmt.Errorf("%w: disk %d has no path", ErrBadConfig, i)
@@ -354,10 +355,19 @@ func (c Config) diskArgs() ([]string, error) {
 			}
 			dev = "nvme,drive=" + id
 		case IfaceIDE:
-			dev = "ide-hd,drive=" + id
-			if d.CDROM {
-				dev = "ide-cd,drive=" + id
+			if d.ReadOnly && !d.CDROM {
+				return nil, fmt.Errorf("%w: disk %d (%s): qemu cannot make a read-only ide disk", ErrBadConfig, i, d.Path)
 			}
+			bus, err := c.ideSlot(nIDE)
+			if err != nil {
+				return nil, fmt.Errorf("%w: disk %d (%s): %w", ErrBadConfig, i, d.Path, err)
+			}
+			nIDE++
+			kind := "ide-hd"
+			if d.CDROM {
+				kind = "ide-cd"
+			}
+			dev = kind + "," + bus + ",drive=" + id
 		case IfaceSCSI:
 			if !haveSCSI {
 				a = append(a, "-device", "virtio-scsi-pci,id=scsi0")
@@ -388,6 +398,22 @@ func (c Config) diskArgs() ([]string, error) {
 		a = append(a, "-drive", strings.Join(drive, ","), "-device", dev)
 	}
 	return a, nil
+}
+
+// ideSlot returns the bus (and unit) option of the n-th IDE device: q35's
+// AHCI controller has six ports of one unit each (ide.0 to ide.5), the pc
+// machine two IDE buses of two units each.
+func (c Config) ideSlot(n int) (string, error) {
+	if c.Machine == "pc" || strings.HasPrefix(c.Machine, "pc-i440fx") {
+		if n >= 4 {
+			return "", fmt.Errorf("more than 4 ide devices on machine %s", c.Machine)
+		}
+		return fmt.Sprintf("bus=ide.%d,unit=%d", n/2, n%2), nil
+	}
+	if n >= 6 {
+		return "", fmt.Errorf("more than 6 ide devices on machine %s", c.Machine)
+	}
+	return fmt.Sprintf("bus=ide.%d", n), nil
 }
 
 // escapeOpt escapes a value for a QEMU option string, where a comma is

@@ -92,13 +92,23 @@ func TestArgs(t *testing.T) {
 					"virtio-scsi-pci,id=scsi0",
 					"scsi-hd,bus=scsi0.0,drive=disk2,serial=SER1",
 					"scsi-hd,bus=scsi0.0,drive=disk3",
-					"ide-cd,drive=disk4",
+					"ide-cd,bus=ide.0,drive=disk4",
 					"qemu-xhci,id=xhci",
 					"usb-storage,bus=xhci.0,removable=on,drive=disk5,bootindex=1",
-					"ide-hd,drive=disk6",
+					"ide-hd,bus=ide.1,drive=disk6",
 				},
 			},
 			hasNot: []string{"-kernel", "-append"},
+		},
+		{
+			name: "ide on pc",
+			cfg: Config{Machine: "pc", Disks: []Disk{
+				{Path: "/a", Interface: "ide"}, {Path: "/b", Interface: "ide"}, {Path: "/c", CDROM: true},
+			}},
+			accel: AccelTCG,
+			want: map[string][]string{
+				"-device": {"ide-hd,bus=ide.0,unit=0,drive=disk0", "ide-hd,bus=ide.0,unit=1,drive=disk1", "ide-cd,bus=ide.1,unit=0,drive=disk2"},
+			},
 		},
 		{
 			name:  "blkdebug",
@@ -136,6 +146,8 @@ func TestArgs(t *testing.T) {
 		{name: "bad format", cfg: Config{Disks: []Disk{{Path: "/a", Format: "vmdk"}}}, accel: AccelTCG, wantErr: true},
 		{name: "bad interface", cfg: Config{Disks: []Disk{{Path: "/a", Interface: "floppy"}}}, accel: AccelTCG, wantErr: true},
 		{name: "virtio cdrom", cfg: Config{Disks: []Disk{{Path: "/a", Interface: "virtio", CDROM: true}}}, accel: AccelTCG, wantErr: true},
+		{name: "read-only ide disk", cfg: Config{Disks: []Disk{{Path: "/a", Interface: "ide", ReadOnly: true}}}, accel: AccelTCG, wantErr: true},
+		{name: "seven ide on q35", cfg: Config{Disks: slices.Repeat([]Disk{{Path: "/a", Interface: "ide"}}, 7)}, accel: AccelTCG, wantErr: true},
 		{name: "disk without path", cfg: Config{Disks: []Disk{{}}}, accel: AccelTCG, wantErr: true},
 		{name: "serial with comma", cfg: Config{Disks: []Disk{{Path: "/a", Serial: "a,b"}}}, accel: AccelTCG, wantErr: true},
 	}

@@ -152,7 +152,8 @@ type httpSource struct {
 	rawETag  string // ETag of the first answer as sent
 	lastMod  string
 	answered bool // the first request got its 200
-	failures int // consecutive failed attempts without progress
+	eof      bool // the whole file was read
+	failures int  // consecutive failed attempts without progress
 	resumes  int
 	lastErr  error
 }
@@ -361,6 +362,9 @@ func (s *httpSource) closeBody() {
 // Read reads the next bytes of the file, reconnecting as described on
 // httpSource when the connection breaks or stalls.
 func (s *httpSource) Read(p []byte) (int, error) {
+	if s.eof {
+		return 0, io.EOF
+	}
 	for {
 		if s.body == nil {
 			if err := s.connect(); err != nil {
@@ -383,6 +387,7 @@ func (s *httpSource) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if errors.Is(err, io.EOF) && (s.size < 0 || s.off == s.size) {
+			s.eof = true
 			s.closeBody()
 			return n, io.EOF
 		}

@@ -171,6 +171,14 @@ func sgdiskVerify(t testing.TB, p string) (bool, string) {
 	return bytes.Contains(out, []byte("No problems found")), string(out)
 }
 
+// sgdiskFindsTable reports whether sgdisk finds any GPT, main or backup,
+// on p: on a disk without one it says it is creating new entries.
+func sgdiskFindsTable(t testing.TB, p string) (bool, string) {
+	t.Helper()
+	out, _ := exec.Command("sgdisk", "-p", p).CombinedOutput()
+	return !bytes.Contains(out, []byte("Creating new GPT entries")), string(out)
+}
+
 // memTarget is an in-memory Target of fixed size whose writes can fail.
 type memTarget struct {
 	mu    sync.Mutex

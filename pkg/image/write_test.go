@@ -187,6 +187,9 @@ func TestWriteFailuresInvalidate(t *testing.T) {
 			}
 			t.Logf("error: %v", err)
 			assertInvalidated(t, mem.buf, int64(len(img)))
+			if ok, out := sgdiskFindsTable(t, writeFile(t, "after.img", mem.buf)); ok {
+				t.Errorf("sgdisk finds a partition table after the failure:\n%s", out)
+			}
 			// Streaming happened: data past the first chunk was written.
 			if bytes.Equal(mem.buf[2*mib:3*mib], old[2*mib:3*mib]) {
 				t.Errorf("nothing was streamed to the target before the failure")

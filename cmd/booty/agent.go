@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/booty-dev/booty/pkg/agent"
@@ -16,6 +16,9 @@ import (
 // provision, hand off. It returns only when even the handoff failed, and then
 // holds: PID 1 must never exit.
 func runAgent([]string) int {
+	// First thing: a panic anywhere, even in bringup, becomes a logged,
+	// delayed reboot (or a hold with booty.debug=hold), never an exit.
+	defer initsys.RecoverAndReboot(nil, false, 30*time.Second)
 	sys, err := initsys.Bringup(initsys.Options{})
 	if err != nil {
 		// Bringup logs to /dev/console itself; without proc/sys/dev nothing
@@ -24,7 +27,7 @@ func runAgent([]string) int {
 		holdForever()
 	}
 	defer initsys.RecoverAndReboot(sys.Log, false, 30*time.Second)
-	sys.Log.Info("booty agent starting", "version", version, "cmdline", sys.Cmdline.Raw)
+	sys.Log.Info("booty agent starting", "version", version, "cmdline", redactCmdline(sys.Cmdline.Raw))
 
 	a := agent.New(sys)
 	h := a.Run(context.Background())
@@ -36,6 +39,7 @@ func runAgent([]string) int {
 			}
 		}
 	}
+	_ = sys.Handoff(initsys.Handoff{Action: initsys.Hold}) // blocks, reaping orphans
 	holdForever()
 	return 1
 }
@@ -46,4 +50,16 @@ func holdForever() {
 	}
 }
 
-var _ = slog.Default
+// redactCmdline hides the values of parameters whose names suggest a secret,
+// so the kernel command line can be logged.
+func redactCmdline(raw string) string {
+	f := strings.Fields(raw)
+	for i, p := range f {
+		k, _, ok := strings.Cut(p, "=")
+		lk := strings.ToLower(k)
+		if ok && (strings.Contains(lk, "token") || strings.Contains(lk, "pass") || strings.Contains(lk, "secret")) {
+			f[i] = k + "=<redacted>"
+		}
+	}
+	return strings.Join(f, " ")
+}

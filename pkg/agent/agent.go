@@ -50,7 +50,7 @@ type Agent struct {
 // New returns an Agent for the brought-up system.
 func New(sys *initsys.System) *Agent {
 	a := &Agent{
-		Log:              sys.Log,
+		Log:              slog.New(slog.NewTextHandler(sys.Console, nil)),
 		Cmdline:          config.ParseCmdline(sys.Cmdline.Raw),
 		ConfigureNetwork: network.Configure,
 		Sleep: func(ctx context.Context, d time.Duration) {
@@ -94,7 +94,6 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		a.Log.Error("cannot load the machine config", "step", "load-config", "error", err)
 		return a.failure(ctx, nil, hold)
 	}
-	a.Log.Info("config loaded", "provider", provider.Name(), "hostname", cfg.Hostname, "mode", cfg.Mode)
 
 	provider = a.withReporter(cfg, provider, netRes)
 	log := a.Log

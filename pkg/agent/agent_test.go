@@ -37,8 +37,10 @@ type logSink struct {
 	lines []api.LogLine
 }
 
-func (s *logSink) Name() string                                       { return "sink" }
-func (s *logSink) Load(context.Context) (*config.MachineConfig, error) { return nil, config.ErrNoConfig }
+func (s *logSink) Name() string { return "sink" }
+func (s *logSink) Load(context.Context) (*config.MachineConfig, error) {
+	return nil, config.ErrNoConfig
+}
 func (s *logSink) ReportLogs(_ context.Context, l []api.LogLine) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

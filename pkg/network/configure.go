@@ -146,10 +146,13 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 	h := opts.Handle
 	if h == nil {
 		var err error
+		// Only NETLINK_ROUTE: asking for every family also opens XFRM
+		// sockets, which fail with EPROTONOSUPPORT on kernels where
+		// xfrm_user is a module that is not loaded (Debian's, in the initramfs).
 		if opts.NetNS > 0 {
-			h, err = netlink.NewHandleAt(opts.NetNS)
+			h, err = netlink.NewHandleAt(opts.NetNS, unix.NETLINK_ROUTE)
 		} else {
-			h, err = netlink.NewHandle()
+			h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("open netlink handle: %w", err)

@@ -143,7 +143,8 @@ type Progress struct {
 	Done bool
 }
 
-// Result describes a successful Write.
+// Result describes a Write; after a failure it holds the counts so far
+// and no digests.
 type Result struct {
 	// ImageSize is the decompressed image size written to the target.
 	ImageSize int64

@@ -318,7 +318,7 @@ func (s *httpSource) connect() error {
 		s.resumes++
 		s.log.Info("image download resumed", "url", s.name, "offset", s.off)
 	}
-	timer.Reset(s.o.IdleTimeout)
+	timer.Stop()
 	s.body, s.cancel, s.attempt, s.timer = resp.Body, cancel, actx, timer
 	return nil
 }
@@ -377,8 +377,11 @@ func (s *httpSource) Read(p []byte) (int, error) {
 				continue
 			}
 		}
+		// The idle timer runs only while a read waits, so a slow target
+		// that keeps the pipeline from reading does not drop the download.
 		s.timer.Reset(s.o.IdleTimeout)
 		n, err := s.body.Read(p)
+		s.timer.Stop()
 		s.off += int64(n)
 		if n > 0 {
 			s.failures = 0

@@ -162,6 +162,8 @@ type Config struct {
 	// Logger gets the VM's own messages (accelerator, start, exit);
 	// default slog.Default().
 	Logger *slog.Logger
+	// NoRNG leaves out the virtio-rng device that is attached by default.
+	NoRNG bool
 }
 
 // withDefaults returns a copy of c with empty fields set to their defaults.
@@ -256,6 +258,12 @@ func (c Config) args(accel Accel, varsPath string) ([]string, error) {
 	)
 	if !c.AllowReboot {
 		a = append(a, "-no-reboot")
+	}
+	if !c.NoRNG {
+		// A hardware RNG, as servers have (RDRAND, TPM): without one a guest
+		// under TCG can block for minutes in getrandom() before its first
+		// DHCP request.
+		a = append(a, "-device", "virtio-rng-pci")
 	}
 	if c.UEFI {
 		if varsPath == "" {

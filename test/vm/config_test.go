@@ -166,6 +166,9 @@ func TestArgs(t *testing.T) {
 			if args[0] != DefaultQEMU {
 				t.Errorf("args[0] = %q, want %q", args[0], DefaultQEMU)
 			}
+			// The RNG device is in every command line (TestArgsRNG checks
+			// it); the table is about everything else.
+			args = withoutRNG(t, args)
 			for flag, want := range tt.want {
 				if got := pairs(args, flag); !slices.Equal(got, want) {
 					t.Errorf("%s values:\n got %q\nwant %q", flag, got, want)
@@ -253,5 +256,35 @@ func TestPrepareVars(t *testing.T) {
 	cfg.OVMFVars, cfg.OVMFVarsTemplate = "", filepath.Join(dir, "missing.fd")
 	if _, err := prepareVars(cfg); err == nil || !strings.Contains(err.Error(), "ovmf vars template") {
 		t.Errorf("missing template: err = %v", err)
+	}
+}
+
+// withoutRNG removes the default "-device virtio-rng-pci" pair, failing the
+// test when it is not there.
+func withoutRNG(t *testing.T, args []string) []string {
+	t.Helper()
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-device" && args[i+1] == "virtio-rng-pci" {
+			return append(append([]string{}, args[:i]...), args[i+2:]...)
+		}
+	}
+	t.Fatalf("args lack -device virtio-rng-pci: %q", args)
+	return nil
+}
+
+func TestArgsRNG(t *testing.T) {
+	args, err := Config{}.withDefaults().args(AccelTCG, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pairs(args, "-device"); !slices.Equal(got, []string{"virtio-rng-pci"}) {
+		t.Fatalf("-device values = %q, want the RNG", got)
+	}
+	args, err = Config{NoRNG: true}.withDefaults().args(AccelTCG, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pairs(args, "-device"); len(got) != 0 {
+		t.Fatalf("NoRNG: -device values = %q", got)
 	}
 }

@@ -44,7 +44,7 @@ unit: ## unit tests
 
 e2e: initramfs demo-image ## QEMU end-to-end tests (KVM when available, TCG otherwise)
 	BOOTY_KERNEL=$(CURDIR)/$(OUT)/vmlinuz BOOTY_INITRD=$(CURDIR)/$(OUT)/initramfs.img BOOTY_DEMO=$(CURDIR)/$(DEMO) \
-		go test -count=1 -tags e2e -timeout 45m -v ./test/e2e/...
+		go test -count=1 -tags e2e -timeout 45m -v ./test/... ./pkg/initsys/...
 
 test: deps vet unit e2e ## everything CI runs: vet, unit tests, end-to-end tests
 

@@ -197,7 +197,7 @@ func TestProvisionWithoutReporterCapabilities(t *testing.T) {
 
 type loadOnly struct{}
 
-func (loadOnly) Name() string                                       { return "load-only" }
+func (loadOnly) Name() string                                        { return "load-only" }
 func (loadOnly) Load(context.Context) (*config.MachineConfig, error) { return nil, config.ErrNoConfig }
 
 func TestCancelledContextStopsBeforeNextStep(t *testing.T) {
@@ -261,7 +261,9 @@ func TestDumpDebugStateRedactsSecrets(t *testing.T) {
 	var out bytes.Buffer
 	debug.procDir = filepath.Join(root, "proc")
 	debug.sysDir = filepath.Join(root, "sys")
-	debug.readKmsg = func() ([]byte, error) { return []byte("[    1.0] virtio_blk virtio1: [vda] 2048 512-byte logical blocks\n"), nil }
+	debug.readKmsg = func() ([]byte, error) {
+		return []byte("[    1.0] virtio_blk virtio1: [vda] 2048 512-byte logical blocks\n"), nil
+	}
 	SetDebugLogger(slog.New(slog.NewTextHandler(&out, nil)))
 	cfg := testConfig()
 	cfg.CloudInit.UserData = "#cloud-config\npassword: hunter2"

@@ -84,4 +84,3 @@ func (r runner) run(ctx context.Context, plan []Step) error {
 	}
 	return nil
 }
-

@@ -1,0 +1,294 @@
+package bootloader
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// fstabEntry is one line of the installed OS's /etc/fstab.
+type fstabEntry struct {
+	spec, mountpoint, fstype string
+}
+
+// readFstab parses root/etc/fstab; a missing file gives no entries.
+func readFstab(root string) ([]fstabEntry, error) {
+	b, err := os.ReadFile(filepath.Join(root, "etc/fstab"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read fstab: %w", err)
+	}
+	var out []fstabEntry
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 || strings.HasPrefix(f[0], "#") || !strings.HasPrefix(f[1], "/") {
+			continue
+		}
+		out = append(out, fstabEntry{spec: f[0], mountpoint: path.Clean(unescapeFstab(f[1])), fstype: f[2]})
+	}
+	return out, sc.Err()
+}
+
+// unescapeFstab decodes fstab's octal escapes ("\040" for a space).
+func unescapeFstab(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// fsKey turns an fstab spec or a GRUB search into a lookup key:
+// "uuid/<lower>", "label/<label>", "partuuid/<lower>", "partlabel/<label>";
+// "" for device paths that name no identifier.
+func fsKey(spec string) string {
+	for _, p := range []struct{ prefix, key string }{
+		{"UUID=", "uuid/"}, {"/dev/disk/by-uuid/", "uuid/"},
+		{"PARTUUID=", "partuuid/"}, {"/dev/disk/by-partuuid/", "partuuid/"},
+		{"LABEL=", "label/"}, {"/dev/disk/by-label/", "label/"},
+		{"PARTLABEL=", "partlabel/"}, {"/dev/disk/by-partlabel/", "partlabel/"},
+	} {
+		if v, ok := strings.CutPrefix(spec, p.prefix); ok {
+			v = strings.Trim(v, `"`)
+			if strings.HasSuffix(p.key, "uuid/") {
+				v = strings.ToLower(v)
+			}
+			return p.key + v
+		}
+	}
+	return ""
+}
+
+// rootFS answers path questions about the installed OS mounted at root.
+type rootFS struct {
+	root  string
+	fstab []fstabEntry
+	byKey map[string]string // fsKey -> mountpoint
+}
+
+func newRootFS(root string) (*rootFS, error) {
+	fstab, err := readFstab(root)
+	if err != nil {
+		return nil, err
+	}
+	r := &rootFS{root: root, fstab: fstab, byKey: map[string]string{}}
+	for _, e := range fstab {
+		if k := fsKey(e.spec); k != "" {
+			r.byKey[k] = e.mountpoint
+		}
+	}
+	return r, nil
+}
+
+// separate reports whether mountpoint (like "/boot") is its own file
+// system in fstab.
+func (r *rootFS) separate(mountpoint string) bool {
+	for _, e := range r.fstab {
+		if e.mountpoint == mountpoint {
+			return true
+		}
+	}
+	return false
+}
+
+// mountOf returns the fstab mount point holding rel (a path inside the
+// installed OS), "/" when none is more specific.
+func (r *rootFS) mountOf(rel string) string {
+	rel = path.Clean("/" + rel)
+	best := "/"
+	for _, e := range r.fstab {
+		m := e.mountpoint
+		if (rel == m || strings.HasPrefix(rel, m+"/")) && len(m) > len(best) {
+			best = m
+		}
+	}
+	return best
+}
+
+// rootSpec returns the fstab spec of "/", "" when fstab has none.
+func (r *rootFS) rootSpec() string {
+	for _, e := range r.fstab {
+		if e.mountpoint == "/" {
+			return e.spec
+		}
+	}
+	return ""
+}
+
+// host maps a path inside the installed OS to the host path, following
+// symlinks as if chrooted into root (absolute targets stay inside root,
+// ".." stops at root). Missing components are kept as they are.
+func (r *rootFS) host(rel string) string {
+	return filepath.Join(r.root, r.resolveLinks(rel))
+}
+
+// resolveLinks resolves symlinks in rel within root and returns the
+// resulting path inside the installed OS.
+func (r *rootFS) resolveLinks(rel string) string {
+	rest := strings.Split(strings.Trim(path.Clean("/"+rel), "/"), "/")
+	cur := "/"
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		if c == "" || c == "." {
+			continue
+		}
+		if c == ".." {
+			cur = path.Dir(cur)
+			continue
+		}
+		next := path.Join(cur, c)
+		target, err := os.Readlink(filepath.Join(r.root, next))
+		if err != nil || links >= 40 {
+			cur = next
+			continue
+		}
+		links++
+		if strings.HasPrefix(target, "/") {
+			cur = "/"
+		}
+		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
+	}
+	return cur
+}
+
+func (r *rootFS) exists(rel string) bool {
+	_, err := os.Stat(r.host(rel))
+	return err == nil
+}
+
+// grubDevPrefix is how GRUB paths name a file system by its mount point
+// in the installed OS: "(mnt:/boot)/vmlinuz" is root/boot/vmlinuz.
+const grubDevPrefix = "mnt:"
+
+// grubDevice returns the GRUB device name for the file system holding rel.
+func (r *rootFS) grubDevice(rel string) string { return grubDevPrefix + r.mountOf(rel) }
+
+// grubPath turns a path inside the installed OS into a GRUB path on the
+// file system holding it: "/boot/grub" on a separate /boot is
+// "(mnt:/boot)/grub".
+func (r *rootFS) grubPath(rel string) string {
+	rel = path.Clean("/" + rel)
+	m := r.mountOf(rel)
+	return "(" + grubDevPrefix + m + ")" + path.Clean("/"+strings.TrimPrefix(rel, m))
+}
+
+// deviceFor maps what GRUB's search looks for (kind "uuid", "label",
+// "partuuid", "partlabel", "file") to a GRUB device name; ok is false when
+// the installed OS's fstab does not say where that file system is.
+func (r *rootFS) deviceFor(kind, name string) (string, bool) {
+	switch kind {
+	case "file":
+		for _, m := range r.candidateMounts() {
+			if r.exists(path.Join(m, name)) {
+				return grubDevPrefix + m, true
+			}
+		}
+		return "", false
+	case "uuid", "partuuid":
+		name = strings.ToLower(name)
+	}
+	m, ok := r.byKey[kind+"/"+name]
+	if !ok {
+		return "", false
+	}
+	return grubDevPrefix + m, true
+}
+
+// candidateMounts lists where a file system of unknown identity may be
+// mounted: /boot first when it is separate (GRUB paths are then
+// relative to it), then /.
+func (r *rootFS) candidateMounts() []string {
+	if r.separate("/boot") {
+		return []string{"/boot", "/"}
+	}
+	return []string{"/", "/boot"}
+}
+
+// resolveGrub maps a GRUB path ("/vmlinuz-6.1", "($root)/boot/x",
+// "(hd0,gpt2)/x") to a path inside the installed OS. dev is the current
+// $root. A device this package cannot place (a firmware disk name, a
+// UUID missing from fstab) is guessed: the first candidate mount where the
+// file exists, else the first candidate.
+func (r *rootFS) resolveGrub(dev, p string) string {
+	if strings.HasPrefix(p, "(") {
+		if end := strings.IndexByte(p, ')'); end > 0 {
+			dev, p = p[1:end], p[end+1:]
+		}
+	}
+	dev = strings.Trim(dev, "()")
+	p = path.Clean("/" + p)
+	if m, ok := strings.CutPrefix(dev, grubDevPrefix); ok {
+		return path.Join(m, p)
+	}
+	cands := r.candidateMounts()
+	for _, m := range cands {
+		if r.exists(path.Join(m, p)) {
+			return path.Join(m, p)
+		}
+	}
+	return path.Join(cands[0], p)
+}
+
+// readGrubenv parses a GRUB environment block; a missing file gives an
+// empty map.
+func readGrubenv(hostPath string) (map[string]string, error) {
+	b, err := os.ReadFile(hostPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read grubenv: %w", err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		var u strings.Builder
+		for i := 0; i < len(v); i++ {
+			if v[i] == '\\' && i+1 < len(v) {
+				i++
+			}
+			u.WriteByte(v[i])
+		}
+		env[k] = u.String()
+	}
+	return env, nil
+}
+
+// globSorted returns the matches of pattern (a path inside the installed
+// OS) as paths inside the installed OS, sorted.
+func (r *rootFS) globSorted(pattern string) []string {
+	m, _ := filepath.Glob(filepath.Join(r.root, pattern))
+	out := make([]string, 0, len(m))
+	for _, p := range m {
+		rel, err := filepath.Rel(r.root, p)
+		if err == nil {
+			out = append(out, "/"+filepath.ToSlash(rel))
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -151,7 +151,7 @@ func TestDefaultEntryGolden(t *testing.T) {
 			want: want{title: "Linux (vmlinuz-6.8.0-45-generic)",
 				kernel: "/boot/vmlinuz-6.8.0-45-generic", initrd: "/boot/initrd.img-6.8.0-45-generic",
 				cmdline: "root=/dev/disk/by-id/dm-uuid-LVM-Xq3k9TtQ8bH0d1fG2hJ3kL4mN5pQ6rS7tU8vW9xY0zA1bC2dE3fG4hJ5kL6mN7pQ ro quiet splash console=tty1 console=ttyS0",
-				source: "/boot/vmlinuz, /boot/initrd.img"}},
+				source:  "/boot/vmlinuz, /boot/initrd.img"}},
 
 		{name: "rhel saved_entry", tree: "rhel9", want: want{
 			title: "Red Hat Enterprise Linux (5.14.0-362.8.1.el9_3.x86_64) 9.3 (Plow)", id: rhelMID + "-5.14.0-362.8.1.el9_3.x86_64",

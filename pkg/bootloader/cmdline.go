@@ -80,7 +80,7 @@ func mergeParams(existing, add []string) []string {
 	return out
 }
 
-// shellSeg is one piece of a shell word: quote is '"', '\” or 0.
+// shellSeg is one piece of a shell word: quote is a double quote, a single quote, or 0.
 type shellSeg struct {
 	quote byte
 	raw   string

@@ -13,7 +13,7 @@ import (
 // newlines as separators, "{" and "}" as separate words.
 
 // wordPart is a piece of a word: literal text, or a variable reference
-// (text is the name). quoted parts (inside ” or "") are not split on
+// (text is the name). quoted parts (inside single or double quotes) are not split on
 // whitespace after expansion.
 type wordPart struct {
 	text   string

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/initsys"
@@ -91,7 +92,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	cfg, provider, err := a.LoadConfig(cctx, a.Cmdline)
 	cancel()
 	if err != nil {
-		a.Log.Error("cannot load the machine config", "step", "load-config", "error", err)
+		a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
 		return a.failure(ctx, nil, hold)
 	}
 

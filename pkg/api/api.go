@@ -34,6 +34,9 @@ const (
 const (
 	// StepMachine is the pseudo-step name used for whole-run outcomes.
 	StepMachine = "machine"
+	// StepLoadConfig is the pseudo-step under which a config that could not
+	// be loaded (unknown field, invalid value) is reported.
+	StepLoadConfig = "load-config"
 	// StateProvisioned is reported once every step succeeded.
 	StateProvisioned = "provisioned"
 	// StateDeprovisioned is reported once a deprovision run succeeded.

@@ -477,6 +477,34 @@ func TestServerProviderLoad(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+	t.Run("bad config with a token is reported to bootyd as load-config", func(t *testing.T) {
+		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			if strings.HasSuffix(r.URL.Path, "/config") {
+				io.WriteString(w, "apiVersion: booty.dev/v1\nimage: {ur: http://x/}\nserver: {url: http://127.0.0.1:1, token: tok-9}\n")
+			}
+		})
+		log, buf := logBuffer()
+		_, err := (&ServerProvider{URL: srv.URL, MACs: macs, Backoff: fastBackoff, Log: log}).Load(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "image.ur") {
+			t.Fatalf("err = %v", err)
+		}
+		reqs := srv.requests()
+		if len(reqs) != 3 || reqs[1].Path != "/v1/machines/52:54:00:aa:bb:01/status" || reqs[1].Auth != "Bearer tok-9" {
+			t.Fatalf("requests = %+v", reqs)
+		}
+		var first, last api.StatusReport
+		json.Unmarshal([]byte(reqs[1].Body), &first)
+		json.Unmarshal([]byte(reqs[2].Body), &last)
+		if first.Step != api.StepLoadConfig || first.State != api.StateFailed || !strings.Contains(first.Error, "image.ur") {
+			t.Errorf("first report = %+v", first)
+		}
+		if last.Step != api.StepMachine || last.State != api.StateError || !strings.Contains(last.Error, "load-config") {
+			t.Errorf("last report = %+v", last)
+		}
+		if strings.Contains(buf.String(), "tok-9") {
+			t.Errorf("token logged:\n%s", buf)
+		}
+	})
 	t.Run("no MACs", func(t *testing.T) {
 		_, err := (&ServerProvider{URL: "http://127.0.0.1:1", MACs: func() ([]string, error) { return nil, nil }}).Load(context.Background())
 		if !errors.Is(err, ErrNoConfig) {

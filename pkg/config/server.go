@@ -13,6 +13,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/booty-dev/booty/pkg/api"
 )
@@ -142,7 +145,9 @@ func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
 		}
 		cfg, err := Parse(data)
 		if err != nil {
-			return nil, fmt.Errorf("config from bootyd %s for %s: %w", redactURL(p.URL), mac, err)
+			err = fmt.Errorf("config from bootyd %s for %s: %w", redactURL(p.URL), mac, err)
+			p.reportBadConfig(ctx, data, mac, err)
+			return nil, err
 		}
 		t := reportTarget{base: p.URL, mac: mac, token: cfg.Server.Token}
 		if cfg.Server.URL != "" {
@@ -167,6 +172,35 @@ func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
 // ReportStatus POSTs r to /v1/machines/{mac}/status.
 func (p *ServerProvider) ReportStatus(ctx context.Context, r api.StatusReport) error {
 	return p.report(ctx, "status", r)
+}
+
+// reportBadConfig tells bootyd that the config it served for mac is bad, so
+// the operator sees the problem there and not only on the console. The
+// token is read leniently from the bad config; without one nothing is sent.
+func (p *ServerProvider) reportBadConfig(ctx context.Context, data []byte, mac string, cause error) {
+	var lenient struct {
+		Server struct {
+			URL   string `json:"url"`
+			Token string `json:"token"`
+		} `json:"server"`
+	}
+	if yaml.Unmarshal(data, &lenient) != nil || lenient.Server.Token == "" {
+		return
+	}
+	p.mu.Lock()
+	p.rep = reportTarget{base: p.URL, mac: mac, token: lenient.Server.Token}
+	p.ready = true
+	p.mu.Unlock()
+	now := time.Now()
+	for _, r := range []api.StatusReport{
+		{Step: api.StepLoadConfig, State: api.StateFailed, Error: cause.Error(), Time: now},
+		{Step: api.StepMachine, State: api.StateError, Error: "step " + api.StepLoadConfig + ": " + cause.Error(), Time: now},
+	} {
+		if err := p.ReportStatus(ctx, r); err != nil {
+			orDiscard(p.Log).Warn("cannot report the bad config to bootyd", "error", err)
+			return
+		}
+	}
 }
 
 // ReportProgress POSTs pr to /v1/machines/{mac}/progress.

@@ -110,6 +110,35 @@ func TestMissingDiskTouchesNothing(t *testing.T) {
 	}
 }
 
+// A config with an unknown field is refused before anything is written; the
+// error names the field and reaches bootyd under the load-config step.
+func TestUnknownConfigFieldIsReported(t *testing.T) {
+	lab := newLab(t)
+	tmpl := `apiVersion: booty.dev/v1
+image:
+  url: {{.ImageURL}}
+  checksum: {{.Checksum}}
+  compression: zstd
+disk: {device: /dev/vda}
+handoff: poweroff
+server: {url: {{.ServerURL}}, token: {{.Token}}}
+`
+	m, st := provision(t, lab, harness.MachineSpec{ConfigTemplate: tmpl, InitialDisk: lab.FilePath(harness.DemoImage)})
+	failed := failedStep(st)
+	if st.State != api.StateError || failed == nil || failed.Step != api.StepLoadConfig {
+		t.Fatalf("state %q, failed %+v; want error in %s", st.State, failed, api.StepLoadConfig)
+	}
+	if !strings.Contains(failed.Error, "image.compression") || !strings.Contains(failed.Error, "unknown field") {
+		t.Errorf("error does not name the unknown field: %q", failed.Error)
+	}
+	if !strings.Contains(m.VM().ConsoleText(), "image.compression") {
+		t.Error("the console does not show the error")
+	}
+	if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
+		t.Fatalf("disk changed by a run whose config was refused: %v", err)
+	}
+}
+
 func failedStep(st api.MachineState) *api.StatusReport {
 	for i := range st.Steps {
 		if st.Steps[i].State == api.StateFailed {

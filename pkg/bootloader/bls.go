@@ -133,9 +133,6 @@ func cmpBool(a, b bool) int {
 // strverscmpImproved is systemd's version comparison (as used by
 // systemd-boot and kernel-install, after rpm's vercmp): -1, 0 or 1.
 func strverscmpImproved(a, b string) int {
-	if a == "" || b == "" {
-		return strings.Compare(a, b)
-	}
 	at := func(s string, i int) byte {
 		if i < len(s) {
 			return s[i]
@@ -158,7 +155,7 @@ func strverscmpImproved(a, b string) int {
 			i, j = i+1, j+1
 		}
 		if i >= len(a) || j >= len(b) {
-			return strings.Compare(a[min(i, len(a)):], b[min(j, len(b)):])
+			return cmpInt(int(at(a, i)), int(at(b, j)))
 		}
 		for _, sep := range []byte{'-', '^', '.'} {
 			ca, cb = at(a, i), at(b, j)

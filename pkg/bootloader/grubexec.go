@@ -197,7 +197,8 @@ func (in *grubInterp) expand(words []word) []string {
 	return argv
 }
 
-// assignment reports whether the command word is "name=value".
+// assignment reports whether the command word is "name=value"; the value
+// is not split on whitespace.
 func assignment(w word) bool {
 	if len(w.parts) == 0 || w.parts[0].isVar || w.parts[0].quoted {
 		return false
@@ -224,10 +225,16 @@ func (in *grubInterp) command(c cmdNode) (int, error) {
 		return 1, fmt.Errorf("%s: more than %d commands run, giving up", in.file, maxGrubCommands)
 	}
 	if len(c.args) > 0 && assignment(c.args[0]) {
-		if a := in.expand(c.args[:1]); len(a) == 1 {
-			k, v, _ := strings.Cut(a[0], "=")
-			in.vars[k] = v
+		var b strings.Builder
+		for _, p := range c.args[0].parts {
+			if p.isVar {
+				b.WriteString(in.vars[p.text])
+			} else {
+				b.WriteString(p.text)
+			}
 		}
+		k, v, _ := strings.Cut(b.String(), "=")
+		in.vars[k] = v
 		return 0, nil
 	}
 	argv := in.expand(c.args)

@@ -236,3 +236,30 @@ func TestGrubLexErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestGrubSearchForms(t *testing.T) {
+	in := runScript(t, `
+search --no-floppy --fs-uuid --set=r1 --hint-bios=hd0,gpt2 --hint hd0,gpt2 ABCD-1234
+search -u abcd-1234 -s
+set r2=$root
+search.fs_label my\ boot r3 hd0,gpt3
+search --label --set=r4 "my boot"
+search.file /grub/grub.cfg r5
+search --file --set=r6 /boot/grub/grub.cfg
+search -f /nothing -sr7
+search.fs_uuid 1111-2222 r8
+search --part-uuid --set=r9 0fc63daf-8483-4772-8e79-3d69d8477de4
+`, map[string]string{
+		"etc/fstab":                 "UUID=abcd-1234 /boot/efi vfat umask=0077 0 1\nLABEL=my\\040boot /mnt/my\\040boot ext4 defaults 0 2\nPARTUUID=0FC63DAF-8483-4772-8E79-3D69D8477DE4 /srv xfs defaults 0 0\n",
+		"mnt/my boot/grub/grub.cfg": "",
+	})
+	want := map[string]string{
+		"r1": "mnt:/boot/efi", "r2": "mnt:/boot/efi", "r3": "mnt:/mnt/my boot", "r4": "mnt:/mnt/my boot",
+		"r5": "mnt:/boot", "r6": "mnt:/", "r7": "file//nothing", "r8": "uuid/1111-2222", "r9": "mnt:/srv",
+	}
+	for k, v := range want {
+		if in.vars[k] != v {
+			t.Errorf("%s = %q, want %q", k, in.vars[k], v)
+		}
+	}
+}

@@ -34,7 +34,7 @@ func readFstab(root string) ([]fstabEntry, error) {
 		if len(f) < 3 || strings.HasPrefix(f[0], "#") || !strings.HasPrefix(f[1], "/") {
 			continue
 		}
-		out = append(out, fstabEntry{spec: f[0], mountpoint: path.Clean(unescapeFstab(f[1])), fstype: f[2]})
+		out = append(out, fstabEntry{spec: unescapeFstab(f[0]), mountpoint: path.Clean(unescapeFstab(f[1])), fstype: f[2]})
 	}
 	return out, sc.Err()
 }

@@ -10,6 +10,8 @@ PKGS=(
   iproute2 util-linux             # network namespaces, losetup, unshare
   gdisk mtools dosfstools e2fsprogs xfsprogs # demo and test images
   zstd xz-utils gzip bzip2 lz4 cpio
+  debootstrap lvm2                # the bootable Debian test image; LVM root tests
+  bmap-tools time                 # make bench: bmaptool anchor, peak RSS
 )
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

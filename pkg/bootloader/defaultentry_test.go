@@ -265,3 +265,27 @@ func TestDefaultEntryPublic(t *testing.T) {
 		t.Fatalf("DefaultEntry = %+v, %v", e, err)
 	}
 }
+
+func TestDefaultEntryBtrfsSubvolume(t *testing.T) {
+	root := t.TempDir()
+	const u = "9b8c7d6e-5f4a-4b3c-8d2e-1f0a9b8c7d6e"
+	writeTree(t, root, map[string]string{
+		"etc/fstab": "UUID=" + u + " /     btrfs defaults,subvol=@ 0 1\n" +
+			"UUID=" + u + " /home btrfs defaults,subvol=@home 0 2\n",
+		"boot/grub/grub.cfg": "set default=0\nmenuentry 'Ubuntu' {\n search --no-floppy --fs-uuid --set=root " + u + "\n" +
+			" linux /@/boot/vmlinuz-6.8.0-45-generic root=UUID=" + u + " ro rootflags=subvol=@ quiet\n" +
+			" initrd /@/boot/initrd.img-6.8.0-45-generic\n}\n" +
+			"submenu 'x' { configfile /@/boot/grub/other.cfg; }\n",
+		"boot/grub/other.cfg":              "menuentry 'hijack' { linux /nope; }\n",
+		"boot/vmlinuz-6.8.0-45-generic":    "k",
+		"boot/initrd.img-6.8.0-45-generic": "i",
+	})
+	e, err := defaultEntry(root, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Title != "Ubuntu" || e.Kernel != root+"/boot/vmlinuz-6.8.0-45-generic" || e.Initrd != root+"/boot/initrd.img-6.8.0-45-generic" ||
+		e.Cmdline != "root=UUID="+u+" ro rootflags=subvol=@ quiet" {
+		t.Errorf("got %+v", e)
+	}
+}

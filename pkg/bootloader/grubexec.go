@@ -50,6 +50,7 @@ type grubInterp struct {
 	depth    int
 	commands int
 	boot     *grubBoot // non-nil while running a chosen entry
+	submenus int       // nesting of submenu bodies being run
 }
 
 // errMenuReplaced unwinds a file after configfile loaded another menu.
@@ -281,6 +282,12 @@ func (in *grubInterp) command(c cmdNode) (int, error) {
 		}
 		if in.boot != nil {
 			return 1, fmt.Errorf("%s:%d: menu entry loads another config (%s)", in.file, c.line, argv[1])
+		}
+		if in.submenus > 0 {
+			// GRUB runs a submenu's body only when it is opened; a config
+			// it loads does not replace the main menu.
+			in.log.Warn("not following configfile inside a submenu", "file", in.file, "line", c.line)
+			return 1, nil
 		}
 		return 0, in.configfile(in.fs.resolveGrub(in.vars["root"], argv[1]))
 	case "linux", "linuxefi", "linux16":
@@ -569,7 +576,9 @@ func (in *grubInterp) menu(n menuNode) error {
 	if n.submenu {
 		outer, vars := in.items, maps.Clone(in.vars)
 		in.items = nil
+		in.submenus++
 		_, err := in.exec(n.body)
+		in.submenus--
 		it.items, in.items, in.vars = in.items, outer, vars
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 // fstabEntry is one line of the installed OS's /etc/fstab.
 type fstabEntry struct {
 	spec, mountpoint, fstype string
+	subvol                   string // btrfs subvol= option, without leading "/"
 }
 
 // readFstab parses root/etc/fstab; a missing file gives no entries.
@@ -34,7 +35,15 @@ func readFstab(root string) ([]fstabEntry, error) {
 		if len(f) < 3 || strings.HasPrefix(f[0], "#") || !strings.HasPrefix(f[1], "/") {
 			continue
 		}
-		out = append(out, fstabEntry{spec: unescapeFstab(f[0]), mountpoint: path.Clean(unescapeFstab(f[1])), fstype: f[2]})
+		e := fstabEntry{spec: unescapeFstab(f[0]), mountpoint: path.Clean(unescapeFstab(f[1])), fstype: f[2]}
+		if len(f) > 3 && f[2] == "btrfs" {
+			for _, o := range strings.Split(f[3], ",") {
+				if v, ok := strings.CutPrefix(o, "subvol="); ok {
+					e.subvol = strings.Trim(v, "/")
+				}
+			}
+		}
+		out = append(out, e)
 	}
 	return out, sc.Err()
 }
@@ -91,7 +100,9 @@ func newRootFS(root string) (*rootFS, error) {
 	r := &rootFS{root: root, fstab: fstab, byKey: map[string]string{}}
 	for _, e := range fstab {
 		if k := fsKey(e.spec); k != "" {
-			r.byKey[k] = e.mountpoint
+			if _, dup := r.byKey[k]; !dup { // btrfs subvolumes share the UUID
+				r.byKey[k] = e.mountpoint
+			}
 		}
 	}
 	return r, nil
@@ -236,15 +247,36 @@ func (r *rootFS) resolveGrub(dev, p string) string {
 	dev = strings.Trim(dev, "()")
 	p = path.Clean("/" + p)
 	if m, ok := strings.CutPrefix(dev, grubDevPrefix); ok {
-		return path.Join(m, p)
+		return r.onMount(m, p)
 	}
 	cands := r.candidateMounts()
 	for _, m := range cands {
-		if r.exists(path.Join(m, p)) {
-			return path.Join(m, p)
+		if r.exists(r.onMount(m, p)) {
+			return r.onMount(m, p)
 		}
 	}
-	return path.Join(cands[0], p)
+	return r.onMount(cands[0], p)
+}
+
+// onMount joins a GRUB path on the file system mounted at m to m. GRUB
+// sees a btrfs file system from its top level, so "/@/boot/vmlinuz" is
+// boot/vmlinuz under wherever subvol=@ of the same file system is mounted.
+func (r *rootFS) onMount(m, p string) string {
+	for _, e := range r.fstab {
+		if e.mountpoint != m || e.fstype != "btrfs" {
+			continue
+		}
+		for _, sv := range r.fstab {
+			if sv.spec != e.spec || sv.subvol == "" {
+				continue
+			}
+			if rest, ok := strings.CutPrefix(p, "/"+sv.subvol+"/"); ok {
+				return path.Join(sv.mountpoint, rest)
+			}
+		}
+		break
+	}
+	return path.Join(m, p)
 }
 
 // readGrubenv parses a GRUB environment block; a missing file gives an

@@ -23,11 +23,11 @@ const globalVariableGUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 // Variable attributes (UEFI 2.10, 8.2).
 const (
-	EFIVariableNonVolatile       uint32 = 0x1
-	EFIVariableBootserviceAccess uint32 = 0x2
-	EFIVariableRuntimeAccess     uint32 = 0x4
+	efiVariableNonVolatile       uint32 = 0x1
+	efiVariableBootserviceAccess uint32 = 0x2
+	efiVariableRuntimeAccess     uint32 = 0x4
 	// efiNVBSRT is what new Boot#### and BootOrder variables get.
-	efiNVBSRT = EFIVariableNonVolatile | EFIVariableBootserviceAccess | EFIVariableRuntimeAccess
+	efiNVBSRT = efiVariableNonVolatile | efiVariableBootserviceAccess | efiVariableRuntimeAccess
 )
 
 // EFIVars reads and writes boot variables through efivarfs. Every file in
@@ -224,14 +224,14 @@ func (v EFIVars) SetBootOrder(order []uint16) error {
 // On failure after the Boot#### variable was written, the variable stays
 // and the error says which step failed.
 func (v EFIVars) CreateBootEntry(desc string, part PartitionInfo, loader string, first bool) (uint16, error) {
-	hd, err := HardDriveNode(part)
+	hd, err := hardDriveNode(part)
 	if err != nil {
 		return 0, fmt.Errorf("create boot entry %q: %w", desc, err)
 	}
 	want := LoadOption{
 		Attributes:  LoadOptionActive,
 		Description: desc,
-		FilePath:    DevicePath{hd, FilePathNode(loader), {Type: DevicePathTypeEnd, SubType: EndSubTypeEntirePath}},
+		FilePath:    DevicePath{hd, filePathNode(loader), {Type: devicePathTypeEnd, SubType: endSubTypeEntirePath}},
 	}
 	wantPath, err := want.FilePath.MarshalBinary()
 	if err != nil {

@@ -21,14 +21,13 @@ const (
 // Device path node types and subtypes this package builds or names
 // (UEFI 2.10, 10.3).
 const (
-	DevicePathTypeMedia     uint8 = 0x04
-	DevicePathTypeEnd       uint8 = 0x7f
-	MediaSubTypeHardDrive   uint8 = 0x01
-	MediaSubTypeFilePath    uint8 = 0x04
-	MediaSubTypePIWGFile    uint8 = 0x06
-	MediaSubTypePIWGVolume  uint8 = 0x07
-	EndSubTypeEntirePath    uint8 = 0xff
-	EndSubTypeInstance      uint8 = 0x01
+	devicePathTypeMedia     uint8 = 0x04
+	devicePathTypeEnd       uint8 = 0x7f
+	mediaSubTypeHardDrive   uint8 = 0x01
+	mediaSubTypeFilePath    uint8 = 0x04
+	mediaSubTypePIWGFile    uint8 = 0x06
+	mediaSubTypePIWGVolume  uint8 = 0x07
+	endSubTypeEntirePath    uint8 = 0xff
 	hardDriveNodeLen              = 42
 	hardDriveFormatGPT      uint8 = 0x02
 	hardDriveSignatureGUID  uint8 = 0x02
@@ -89,7 +88,7 @@ func (o LoadOption) Partition() (PartitionInfo, bool) {
 // and false when the device path has none.
 func (o LoadOption) Loader() (string, bool) {
 	for _, n := range o.FilePath {
-		if n.Type == DevicePathTypeMedia && n.SubType == MediaSubTypeFilePath {
+		if n.Type == devicePathTypeMedia && n.SubType == mediaSubTypeFilePath {
 			return decodeUTF16(n.Data), true
 		}
 	}
@@ -99,7 +98,7 @@ func (o LoadOption) Loader() (string, bool) {
 // HardDrive decodes a HARDDRIVE_MEDIA_DEVICE_PATH node with a GPT partition
 // GUID signature; false for any other node.
 func (n DevicePathNode) HardDrive() (PartitionInfo, bool) {
-	if n.Type != DevicePathTypeMedia || n.SubType != MediaSubTypeHardDrive ||
+	if n.Type != devicePathTypeMedia || n.SubType != mediaSubTypeHardDrive ||
 		len(n.Data) != hardDriveNodeLen-devicePathNodeHeaderLen {
 		return PartitionInfo{}, false
 	}
@@ -119,13 +118,13 @@ func (n DevicePathNode) HardDrive() (PartitionInfo, bool) {
 // this package knows, and as hex otherwise.
 func (n DevicePathNode) String() string {
 	switch {
-	case n.Type == DevicePathTypeEnd:
+	case n.Type == devicePathTypeEnd:
 		return ""
-	case n.Type == DevicePathTypeMedia && n.SubType == MediaSubTypeFilePath:
+	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypeFilePath:
 		return "File(" + decodeUTF16(n.Data) + ")"
-	case n.Type == DevicePathTypeMedia && n.SubType == MediaSubTypePIWGFile && len(n.Data) == 16:
+	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypePIWGFile && len(n.Data) == 16:
 		return "FvFile(" + formatGUID(n.Data) + ")"
-	case n.Type == DevicePathTypeMedia && n.SubType == MediaSubTypePIWGVolume && len(n.Data) == 16:
+	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypePIWGVolume && len(n.Data) == 16:
 		return "FvVol(" + formatGUID(n.Data) + ")"
 	}
 	if p, ok := n.HardDrive(); ok {
@@ -159,15 +158,15 @@ func (p DevicePath) MarshalBinary() ([]byte, error) {
 		binary.Write(&b, binary.LittleEndian, uint16(l))
 		b.Write(n.Data)
 	}
-	if len(p) == 0 || p[len(p)-1].Type != DevicePathTypeEnd || p[len(p)-1].SubType != EndSubTypeEntirePath {
-		b.Write([]byte{DevicePathTypeEnd, EndSubTypeEntirePath, devicePathNodeHeaderLen, 0})
+	if len(p) == 0 || p[len(p)-1].Type != devicePathTypeEnd || p[len(p)-1].SubType != endSubTypeEntirePath {
+		b.Write([]byte{devicePathTypeEnd, endSubTypeEntirePath, devicePathNodeHeaderLen, 0})
 	}
 	return b.Bytes(), nil
 }
 
-// ParseDevicePath decodes a device path list. It fails on a node whose
+// parseDevicePath decodes a device path list. It fails on a node whose
 // length is shorter than its header or runs past the end of b.
-func ParseDevicePath(b []byte) (DevicePath, error) {
+func parseDevicePath(b []byte) (DevicePath, error) {
 	var p DevicePath
 	for len(b) > 0 {
 		if len(b) < devicePathNodeHeaderLen {
@@ -183,9 +182,9 @@ func ParseDevicePath(b []byte) (DevicePath, error) {
 	return p, nil
 }
 
-// HardDriveNode builds a HARDDRIVE_MEDIA_DEVICE_PATH node for a GPT
+// hardDriveNode builds a HARDDRIVE_MEDIA_DEVICE_PATH node for a GPT
 // partition. It fails when PartUUID is not a GUID.
-func HardDriveNode(p PartitionInfo) (DevicePathNode, error) {
+func hardDriveNode(p PartitionInfo) (DevicePathNode, error) {
 	g, err := parseGUID(p.PartUUID)
 	if err != nil {
 		return DevicePathNode{}, fmt.Errorf("encode partition %d: %w", p.Number, err)
@@ -197,13 +196,13 @@ func HardDriveNode(p PartitionInfo) (DevicePathNode, error) {
 	copy(d[20:36], g[:])
 	d[36] = hardDriveFormatGPT
 	d[37] = hardDriveSignatureGUID
-	return DevicePathNode{Type: DevicePathTypeMedia, SubType: MediaSubTypeHardDrive, Data: d}, nil
+	return DevicePathNode{Type: devicePathTypeMedia, SubType: mediaSubTypeHardDrive, Data: d}, nil
 }
 
-// FilePathNode builds a FILE_PATH media node; forward slashes become
+// filePathNode builds a FILE_PATH media node; forward slashes become
 // backslashes and a leading backslash is added when missing.
-func FilePathNode(path string) DevicePathNode {
-	return DevicePathNode{Type: DevicePathTypeMedia, SubType: MediaSubTypeFilePath, Data: encodeUTF16(efiPath(path))}
+func filePathNode(path string) DevicePathNode {
+	return DevicePathNode{Type: devicePathTypeMedia, SubType: mediaSubTypeFilePath, Data: encodeUTF16(efiPath(path))}
 }
 
 // efiPath normalises a loader path to the form firmware expects:
@@ -259,7 +258,7 @@ func ParseLoadOption(b []byte) (LoadOption, error) {
 	if fpLen > len(rest) {
 		return LoadOption{}, fmt.Errorf("parse load option %q: file path list length %d with %d bytes left: %w", o.Description, fpLen, len(rest), ErrBadLoadOption)
 	}
-	fp, err := ParseDevicePath(rest[:fpLen])
+	fp, err := parseDevicePath(rest[:fpLen])
 	if err != nil {
 		return LoadOption{}, fmt.Errorf("parse load option %q: %w", o.Description, err)
 	}

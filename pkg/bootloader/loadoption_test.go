@@ -50,14 +50,14 @@ var debianPart = PartitionInfo{Number: 1, StartLBA: 2048, SizeLBA: 0x100000, Par
 
 func debianLoadOption(t *testing.T) LoadOption {
 	t.Helper()
-	hd, err := HardDriveNode(debianPart)
+	hd, err := hardDriveNode(debianPart)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return LoadOption{
 		Attributes:  LoadOptionActive,
 		Description: "debian",
-		FilePath:    DevicePath{hd, FilePathNode(`\EFI\debian\shimx64.efi`)},
+		FilePath:    DevicePath{hd, filePathNode(`\EFI\debian\shimx64.efi`)},
 	}
 }
 
@@ -200,7 +200,7 @@ func TestGUID(t *testing.T) {
 
 func TestFilePathNodeNormalises(t *testing.T) {
 	for _, in := range []string{"EFI/debian/shimx64.efi", `\EFI\debian\shimx64.efi`, `/EFI/debian/shimx64.efi`} {
-		if got := decodeUTF16(FilePathNode(in).Data); got != `\EFI\debian\shimx64.efi` {
+		if got := decodeUTF16(filePathNode(in).Data); got != `\EFI\debian\shimx64.efi` {
 			t.Errorf("FilePathNode(%q) = %q", in, got)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/humanize"
 	"github.com/booty-dev/booty/test/harness"
 )
 
@@ -71,10 +72,10 @@ func demo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	p("booty demo: provision one QEMU machine from an in-process bootyd")
 	p("")
 	p("  kernel    %s", o.kernel)
-	p("  initrd    %s (%s)", o.initrd, humanBytes(fileSize(o.initrd)))
-	p("  image     %s (%s), %s raw", lab.FilePath(harness.DemoImageZst), humanBytes(fileSize(lab.FilePath(harness.DemoImageZst))), humanBytes(imageSize))
+	p("  initrd    %s (%s)", o.initrd, humanize.Bytes(fileSize(o.initrd)))
+	p("  image     %s (%s), %s raw", lab.FilePath(harness.DemoImageZst), humanize.Bytes(fileSize(lab.FilePath(harness.DemoImageZst))), humanize.Bytes(imageSize))
 	p("  bootyd    %s, which the guest reaches as %s", lab.HostURL(), lab.GuestURL())
-	p("  machine   %s with a %s disk %s", m.MAC, humanBytes(int64(o.diskMiB)<<20), m.Disk)
+	p("  machine   %s with a %s disk %s", m.MAC, humanize.Bytes(int64(o.diskMiB)<<20), m.Disk)
 	if o.workDir == "" {
 		p("            (a temporary lab, removed at exit; --work-dir keeps it)")
 	}
@@ -176,16 +177,16 @@ func (s summary) write(w io.Writer) {
 		p("%s", strings.TrimRight(fmt.Sprintf("%s %-*s  %-10s %8s", head, width, st.label, st.state, st.duration), " "))
 	}
 	if n, fromStep := bytesWritten(s.state); fromStep {
-		p("  written   %s (%d bytes)", humanBytes(n), n)
+		p("  written   %s (%d bytes)", humanize.Bytes(n), n)
 	} else if n > 0 {
-		p("  written   %s by the last progress report", humanBytes(n))
+		p("  written   %s by the last progress report", humanize.Bytes(n))
 	} else {
 		p("  written   unknown: no step reported bytes written")
 	}
 	var mm *harness.MismatchError
 	switch {
 	case s.diskErr == nil:
-		p("  disk      holds exactly %s (%s compared byte by byte)", s.imageName, humanBytes(s.imageSize))
+		p("  disk      holds exactly %s (%s compared byte by byte)", s.imageName, humanize.Bytes(s.imageSize))
 	case errors.As(s.diskErr, &mm):
 		p("  disk      does NOT hold %s: first difference at offset %d (0x%x)", s.imageName, mm.Offset, mm.Offset)
 		s.writeDiskState(p)
@@ -218,7 +219,7 @@ func (s summary) writeDiskState(p func(string, ...any)) {
 
 // outcome is the one-line verdict of the run.
 func (s summary) outcome() string {
-	took := humanDuration(s.took)
+	took := humanize.Duration(s.took)
 	switch {
 	case s.aborted:
 		return fmt.Sprintf("ABORTED after %s; %s", took, lastHeard(s.state))
@@ -307,7 +308,7 @@ func collapseSteps(reports []api.StatusReport) []stepLine {
 		case api.StateStarted:
 			l.state = "unfinished"
 		case api.StateSucceeded, api.StateFailed:
-			l.duration = humanDuration(time.Duration(r.DurationMS) * time.Millisecond)
+			l.duration = humanize.Duration(time.Duration(r.DurationMS) * time.Millisecond)
 		}
 		out = append(out, l)
 	}
@@ -355,34 +356,6 @@ func fileSize(p string) int64 {
 		return 0
 	}
 	return fi.Size()
-}
-
-// humanBytes renders n in binary units: "512 B", "64.0 MiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	units := []string{"KiB", "MiB", "GiB", "TiB"}
-	v := float64(n) / unit
-	i := 0
-	for v >= unit && i < len(units)-1 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
-}
-
-// humanDuration renders d coarsely: "850ms", "6.2s", "1m30s".
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	default:
-		return d.Round(time.Second).String()
-	}
 }
 
 // lockedWriter serialises writes, so lines of the console, of bootyd and

@@ -8,6 +8,7 @@ import (
 	"unicode"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/humanize"
 )
 
 // println writes one line to the human output; lines never interleave.
@@ -59,9 +60,9 @@ func (s *Server) printStatus(mac string, r api.StatusReport, m api.MachineState)
 	case api.StateStarted:
 		s.println("%s [%s] started", mac, label)
 	case api.StateSucceeded:
-		s.println("%s [%s] succeeded in %s", mac, label, humanDuration(d))
+		s.println("%s [%s] succeeded in %s", mac, label, humanize.Duration(d))
 	case api.StateFailed:
-		s.println("%s [%s] FAILED after %s: %s", mac, label, humanDuration(d), clean(r.Error))
+		s.println("%s [%s] FAILED after %s: %s", mac, label, humanize.Duration(d), clean(r.Error))
 	}
 }
 
@@ -77,16 +78,16 @@ func (s *Server) printProgress(mac string, p api.ProgressReport, m api.MachineSt
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s [%s] %s", mac, stepLabel(p.Step, index, total), humanBytes(p.BytesDone))
+	fmt.Fprintf(&b, "%s [%s] %s", mac, stepLabel(p.Step, index, total), humanize.Bytes(p.BytesDone))
 	if p.BytesTotal > 0 {
 		pct := float64(p.BytesDone) / float64(p.BytesTotal) * 100
-		fmt.Fprintf(&b, " / %s (%.0f%%)", humanBytes(p.BytesTotal), math.Floor(pct))
+		fmt.Fprintf(&b, " / %s (%.0f%%)", humanize.Bytes(p.BytesTotal), math.Floor(pct))
 	}
 	if p.RateBPS > 0 {
-		fmt.Fprintf(&b, " %s/s", humanBytes(int64(p.RateBPS)))
+		fmt.Fprintf(&b, " %s/s", humanize.Bytes(int64(p.RateBPS)))
 	}
 	if p.ETASeconds > 0 {
-		fmt.Fprintf(&b, " ETA %s", humanDuration(time.Duration(p.ETASeconds*float64(time.Second))))
+		fmt.Fprintf(&b, " ETA %s", humanize.Duration(time.Duration(p.ETASeconds*float64(time.Second))))
 	}
 	s.println("%s", b.String())
 }
@@ -99,37 +100,6 @@ func (s *Server) printLogs(mac string, lines []api.LogLine) {
 			lvl = "INFO"
 		}
 		s.println("%s | %-5s %s", mac, lvl, clean(l.Message))
-	}
-}
-
-// humanBytes renders n in binary units: "512 B", "1.5 KiB", "512.0 MiB", "1.0 GiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	v := float64(n) / unit
-	i := 0
-	for v >= unit && i < len(units)-1 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
-}
-
-// humanDuration renders d coarsely: "850ms", "6.2s", "1m30s", "2h5m".
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	default:
-		d = d.Round(time.Minute)
-		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 }
 

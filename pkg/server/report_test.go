@@ -352,21 +352,6 @@ func TestHumanOutput(t *testing.T) {
 	}
 }
 
-func TestHumanBytesAndDuration(t *testing.T) {
-	bytes := map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 512 << 20: "512.0 MiB", 1 << 30: "1.0 GiB", 3 << 40: "3.0 TiB"}
-	for n, want := range bytes {
-		if got := humanBytes(n); got != want {
-			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-	durs := map[time.Duration]string{850 * time.Millisecond: "850ms", 6 * time.Second: "6s", 6240 * time.Millisecond: "6.2s", 90 * time.Second: "1m30s", 2*time.Hour + 5*time.Minute: "2h5m"}
-	for d, want := range durs {
-		if got := humanDuration(d); got != want {
-			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)
-		}
-	}
-}
-
 // TestTokenNeverLogged drives every route, with right and wrong tokens, at
 // debug level, and looks for the tokens in the human output and the logs.
 func TestTokenNeverLogged(t *testing.T) {

@@ -80,7 +80,7 @@ func New(sys *initsys.System) *Agent {
 // deprovisioning) plan and returns how to leave the machine. Failures are
 // logged and reported; they choose the handoff through the failure policy.
 func (a *Agent) Run(ctx context.Context) initsys.Handoff {
-	hold := a.Cmdline.Flag("booty.debug=hold") || a.debugHold()
+	hold := a.Cmdline.HoldRequested()
 
 	netRes, err := a.network(ctx)
 	if err != nil {
@@ -127,11 +127,6 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		ship.Close()
 	}
 	return h
-}
-
-func (a *Agent) debugHold() bool {
-	v, _ := a.Cmdline.Get("booty.debug")
-	return v == "hold"
 }
 
 // network configures the agent's network from ip= or DHCP.

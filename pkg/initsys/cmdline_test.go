@@ -7,31 +7,6 @@ import (
 	"testing"
 )
 
-func TestParseCmdline(t *testing.T) {
-	c := ParseCmdline("BOOT_IMAGE=/vmlinuz console=tty0 console=ttyS0,115200n8 quiet booty.url=\"http://x/a b\" booty.debug=hold,trace -- init-arg console=ttyS1\n")
-	if v, ok := c.Get("BOOT_IMAGE"); !ok || v != "/vmlinuz" {
-		t.Errorf("BOOT_IMAGE = %q, %v", v, ok)
-	}
-	if v, ok := c.Get("booty.url"); v != "http://x/a b" || !ok {
-		t.Errorf("quoted value = %q", v)
-	}
-	if _, ok := c.Get("quiet"); !ok {
-		t.Error("bare flag quiet not found")
-	}
-	if _, ok := c.Get("init-arg"); ok {
-		t.Error("parameter after -- was kept")
-	}
-	if got := c.All("console"); !slices.Equal(got, []string{"tty0", "ttyS0,115200n8"}) {
-		t.Errorf("console values = %v", got)
-	}
-	if !c.HoldRequested() {
-		t.Error("booty.debug=hold,trace not seen as hold")
-	}
-	if ParseCmdline("booty.debug=trace").HoldRequested() {
-		t.Error("booty.debug=trace seen as hold")
-	}
-}
-
 func TestConsoleNames(t *testing.T) {
 	tests := []struct {
 		cmdline string

@@ -17,7 +17,7 @@ import (
 func ConsoleNames(c Cmdline) []string {
 	var out []string
 	seen := map[string]bool{}
-	for _, v := range c.All("console") {
+	for _, v := range c.GetAll("console") {
 		name, _, _ := strings.Cut(v, ",")
 		if name == "" || name == "null" || strings.HasPrefix(name, "uart") || strings.Contains(name, "/") {
 			continue

@@ -1,14 +1,15 @@
-package config
+package cmdline
 
 import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 )
 
-func TestParseCmdline(t *testing.T) {
-	cl := ParseCmdline(`BOOT_IMAGE=/vmlinuz root=/dev/ram0 console=tty0 console=ttyS0,115200n8 booty.debug ` +
+func TestParse(t *testing.T) {
+	cl := Parse(`BOOT_IMAGE=/vmlinuz root=/dev/ram0 console=tty0 console=ttyS0,115200n8 booty.debug ` +
 		`booty.config="http://192.0.2.1/cfg?a=b c" "quoted=x y" ip=dhcp booty.server=http://192.0.2.1:8080 -- init-arg booty.debug=0` + "\n")
 	tests := []struct {
 		key     string
@@ -39,19 +40,19 @@ func TestParseCmdline(t *testing.T) {
 	}
 }
 
-func TestCmdlineFlag(t *testing.T) {
+func TestFlag(t *testing.T) {
 	for in, want := range map[string]bool{
 		"booty.debug": true, "booty.debug=1": true, "booty.debug=yes": true,
 		"booty.debug=0": false, "booty.debug=false": false, "booty.debug=off": false, "": false,
 		"booty.debug booty.debug=no": false,
 	} {
-		if got := ParseCmdline(in).Flag("booty.debug"); got != want {
+		if got := Parse(in).Flag("booty.debug"); got != want {
 			t.Errorf("%q: Flag = %v, want %v", in, got, want)
 		}
 	}
 }
 
-func TestCmdlineEdgeCases(t *testing.T) {
+func TestEdgeCases(t *testing.T) {
 	tests := []struct {
 		in   string
 		want []Param
@@ -64,29 +65,54 @@ func TestCmdlineEdgeCases(t *testing.T) {
 		{`"k=v"`, []Param{{"k", "v", true}}},
 	}
 	for _, tt := range tests {
-		if got := ParseCmdline(tt.in).Params; !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("ParseCmdline(%q) = %#v, want %#v", tt.in, got, tt.want)
+		if got := Parse(tt.in).Params; !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("Parse(%q) = %#v, want %#v", tt.in, got, tt.want)
 		}
 	}
-	cl := ParseCmdline(`a="x y" b c=d`)
+	cl := Parse(`a="x y" b c=d`)
 	if s := cl.String(); s != `a="x y" b c=d` {
 		t.Errorf("String() = %q", s)
 	}
 }
 
-func TestReadCmdline(t *testing.T) {
+func TestRead(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "cmdline")
 	if err := os.WriteFile(p, []byte("booty.server=http://x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := ReadCmdline(p)
+	cl, err := Read(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := cl.Get("booty.server"); v != "http://x" {
 		t.Errorf("got %q", v)
 	}
-	if _, err := ReadCmdline(filepath.Join(t.TempDir(), "nope")); err == nil {
+	if _, err := Read(filepath.Join(t.TempDir(), "nope")); err == nil {
 		t.Error("want an error for a missing file")
+	}
+}
+
+func TestParseConsolesAndHold(t *testing.T) {
+	c := Parse("BOOT_IMAGE=/vmlinuz console=tty0 console=ttyS0,115200n8 quiet booty.url=\"http://x/a b\" booty.debug=hold,trace -- init-arg console=ttyS1\n")
+	if v, ok := c.Get("BOOT_IMAGE"); !ok || v != "/vmlinuz" {
+		t.Errorf("BOOT_IMAGE = %q, %v", v, ok)
+	}
+	if v, ok := c.Get("booty.url"); v != "http://x/a b" || !ok {
+		t.Errorf("quoted value = %q", v)
+	}
+	if _, ok := c.Get("quiet"); !ok {
+		t.Error("bare flag quiet not found")
+	}
+	if _, ok := c.Get("init-arg"); ok {
+		t.Error("parameter after -- was kept")
+	}
+	if got := c.GetAll("console"); !slices.Equal(got, []string{"tty0", "ttyS0,115200n8"}) {
+		t.Errorf("console values = %v", got)
+	}
+	if !c.HoldRequested() {
+		t.Error("booty.debug=hold,trace not seen as hold")
+	}
+	if Parse("booty.debug=trace").HoldRequested() {
+		t.Error("booty.debug=trace seen as hold")
 	}
 }

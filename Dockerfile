@@ -13,7 +13,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN make build initramfs OUT=/out
+RUN make build initramfs OUT=/out DEPS=
 
 FROM debian:bookworm-slim AS bootyd
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*

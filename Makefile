@@ -10,6 +10,9 @@ GOBUILD  := go build -trimpath -ldflags "$(LDFLAGS)"
 # Kernel the initramfs is built for; default: the newest in /boot.
 KVER     ?= $(shell ls -1 /boot/vmlinuz-* 2>/dev/null | sed 's,^/boot/vmlinuz-,,' | sort -V | tail -n1)
 DEMO     := $(OUT)/demo
+# Targets that need system packages first run hack/deps.sh (quick when all is
+# installed). Set DEPS= to skip it, e.g. in the Dockerfile.
+DEPS     ?= deps
 
 .PHONY: help deps build initramfs demo-image demo test vet unit e2e bench clean
 
@@ -24,15 +27,15 @@ build: ## static binaries out/booty and out/bootyd
 	$(GOBUILD) -o $(OUT)/booty ./cmd/booty
 	$(GOBUILD) -o $(OUT)/bootyd ./cmd/bootyd
 
-initramfs: build ## out/vmlinuz and out/initramfs.img (booty as /init, modules for KVER)
+initramfs: $(DEPS) build ## out/vmlinuz and out/initramfs.img (booty as /init, modules for KVER)
 	@test -n "$(KVER)" || { echo "no kernel in /boot: run 'make deps' (installs linux-image-amd64) or set KVER" >&2; exit 1; }
 	go run ./initramfs --kernel-version $(KVER) --booty $(OUT)/booty \
 		--out $(OUT)/initramfs.img --kernel-out $(OUT)/vmlinuz
 
-demo-image: ## the small GPT demo image in out/demo (raw, zst, gz, xz, SHA256SUMS)
+demo-image: $(DEPS) ## the small GPT demo image in out/demo (raw, zst, gz, xz, SHA256SUMS)
 	bash hack/mkdemoimage.sh $(DEMO)
 
-demo: deps initramfs demo-image ## boot a QEMU machine and provision it from bootyd, showing progress
+demo: $(DEPS) initramfs demo-image ## boot a QEMU machine and provision it from bootyd, showing progress
 	go run ./hack/demo --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO)
 
 vet: ## go vet, with and without the e2e tag
@@ -46,7 +49,7 @@ e2e: initramfs demo-image ## QEMU end-to-end tests (KVM when available, TCG othe
 	BOOTY_KERNEL=$(CURDIR)/$(OUT)/vmlinuz BOOTY_INITRD=$(CURDIR)/$(OUT)/initramfs.img BOOTY_DEMO=$(CURDIR)/$(DEMO) \
 		go test -count=1 -tags e2e -timeout 45m -v ./test/... ./pkg/initsys/...
 
-test: deps vet unit e2e ## everything CI runs: vet, unit tests, end-to-end tests
+test: $(DEPS) vet unit e2e ## everything CI runs: vet, unit tests, end-to-end tests
 
 bench: ## write-path benchmarks
 	go test -run '^$$' -bench . -benchmem ./pkg/image/...

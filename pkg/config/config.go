@@ -84,11 +84,18 @@ type ImageSpec struct {
 type DiskSpec struct {
 	Device string          `json:"device,omitempty"`
 	Hints  RootDeviceHints `json:"hints,omitempty"`
-	// RootPartitionSize grows the root partition to this size ("20G"); empty fills the disk.
+	// RootPartitionSize grows the root partition to this size ("20G"); empty
+	// fills the disk; RootPartitionKeep leaves the partition table exactly as
+	// the image has it (the backup GPT is not moved either).
 	RootPartitionSize string `json:"rootPartitionSize,omitempty"`
 	// SecureErase asks deprovision for an NVMe format/sanitize or ATA secure erase.
 	SecureErase bool `json:"secureErase,omitempty"`
 }
+
+// RootPartitionKeep as disk.rootPartitionSize leaves the image's partition
+// table as written: no partition grows and the backup GPT stays where the
+// image put it.
+const RootPartitionKeep = "keep"
 
 // RootDeviceHints are Ironic root device hints: keys name, wwn, wwn_with_extension,
 // wwn_vendor_extension, serial, size, rotational, vendor, model, hctl, by_path, tran;

@@ -147,9 +147,9 @@ func (c *MachineConfig) validate() []problem {
 			add(field, "%s", msg)
 		}
 	}
-	if s := c.Disk.RootPartitionSize; s != "" {
+	if s := c.Disk.RootPartitionSize; s != "" && s != RootPartitionKeep {
 		if !sizeRE.MatchString(s) {
-			add("disk.rootPartitionSize", "want a size like \"20G\", \"512M\" or \"1T\", got %q", s)
+			add("disk.rootPartitionSize", "want a size like \"20G\", \"512M\" or \"1T\", or \"keep\", got %q", s)
 		} else if f, _ := strconv.ParseFloat(strings.TrimRight(s, "KMGTPiB"), 64); f <= 0 {
 			add("disk.rootPartitionSize", "must be greater than zero, got %q", s)
 		}

@@ -1,0 +1,260 @@
+package disk
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const mib = 1 << 20
+
+// sgdiskImage creates an image file of imageMiB with sgdisk args applied,
+// then extends the file to diskMiB as an image write onto a bigger disk leaves it.
+func sgdiskImage(t *testing.T, imageMiB, diskMiB int64, args ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("sgdisk"); err != nil {
+		t.Skip("sgdisk not installed (apt-get install gdisk)")
+	}
+	p := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, imageMiB*mib); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sgdisk", append(args, p)...).CombinedOutput(); err != nil {
+		t.Fatalf("sgdisk %v: %v\n%s", args, err, out)
+	}
+	if err := os.Truncate(p, diskMiB*mib); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// sgdiskInfo returns sgdisk -i's first and last sector of partition n.
+func sgdiskInfo(t *testing.T, img string, n int) (first, last int64, typ string) {
+	t.Helper()
+	out, err := exec.Command("sgdisk", "-i", strconv.Itoa(n), img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sgdisk -i %d: %v\n%s", n, err, out)
+	}
+	num := func(re string) int64 {
+		m := regexp.MustCompile(re).FindStringSubmatch(string(out))
+		if m == nil {
+			t.Fatalf("sgdisk -i %d: no %q in\n%s", n, re, out)
+		}
+		v, _ := strconv.ParseInt(m[1], 10, 64)
+		return v
+	}
+	m := regexp.MustCompile(`Partition GUID code: ([0-9A-F-]+)`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("sgdisk -i %d: no type in\n%s", n, out)
+	}
+	return num(`First sector: (\d+)`), num(`Last sector: (\d+)`), strings.ToLower(m[1])
+}
+
+func sgdiskVerify(img string) (bool, string) {
+	out, _ := exec.Command("sgdisk", "-v", img).CombinedOutput()
+	return strings.Contains(string(out), "No problems found"), string(out)
+}
+
+func TestGrowGPT(t *testing.T) {
+	const diskMiB = 100
+	totalSectors := int64(diskMiB * mib / 512)
+	lastUsable := totalSectors - 34 // 32 entry sectors + backup header + 1
+	tests := []struct {
+		name     string
+		args     []string
+		opts     GrowOptions
+		wantPart int
+		wantLast int64 // 0: lastUsable
+		wantErr  error
+	}{
+		{name: "x86-64 root type, fill", args: []string{"-n", "1:2048:+8M", "-t", "1:ef00", "-n", "2:0:+20M", "-t", "2:8304"}, wantPart: 2},
+		{name: "root type not numbered last", args: []string{"-n", "2:2048:+8M", "-t", "2:ef00", "-n", "1:0:+20M", "-t", "1:8304"}, wantPart: 1},
+		{name: "last linux filesystem", args: []string{"-n", "1:2048:+8M", "-t", "1:ef00", "-n", "2:0:+4M", "-t", "2:8200", "-n", "3:0:+20M", "-t", "3:8300"}, wantPart: 3},
+		{name: "last lvm pv", args: []string{"-n", "1:2048:+8M", "-t", "1:ef00", "-n", "2:0:+20M", "-t", "2:8e00"}, wantPart: 2},
+		{name: "size from config", args: []string{"-n", "1:2048:+8M", "-t", "1:ef00", "-n", "2:0:+20M", "-t", "2:8304"},
+			opts: GrowOptions{Size: 60 * mib}, wantPart: 2, wantLast: 2048 + 8*2048 + 60*2048 - 1},
+		{name: "smaller size never shrinks", args: []string{"-n", "1:2048:+8M", "-t", "1:ef00", "-n", "2:0:+20M", "-t", "2:8304"},
+			opts: GrowOptions{Size: 10 * mib}, wantPart: 2, wantLast: 2048 + 8*2048 + 20*2048 - 1},
+		{name: "partition number", args: []string{"-n", "1:2048:+8M", "-t", "1:ef00", "-n", "2:0:+20M", "-t", "2:8301"},
+			opts: GrowOptions{PartitionNumber: 2}, wantPart: 2},
+		{name: "root followed by swap", args: []string{"-n", "1:2048:+20M", "-t", "1:8304", "-n", "2:0:+4M", "-t", "2:8200"},
+			wantErr: ErrNotLastPartition},
+		{name: "size too big", args: []string{"-n", "1:2048:+20M", "-t", "1:8304"}, opts: GrowOptions{Size: 1 << 30}, wantErr: ErrNoSpace},
+		{name: "no linux partition", args: []string{"-n", "1:2048:+20M", "-t", "1:ef00"}, wantErr: ErrNoRootPartition},
+		{name: "unknown partition number", args: []string{"-n", "1:2048:+20M", "-t", "1:8304"}, opts: GrowOptions{PartitionNumber: 4}, wantErr: ErrNoRootPartition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			img := sgdiskImage(t, 48, diskMiB, tt.args...)
+			before, _ := os.ReadFile(img)
+			if ok, out := sgdiskVerify(img); ok {
+				t.Fatalf("sgdisk -v finds no problem before the fix-up:\n%s", out)
+			}
+			f, err := os.OpenFile(img, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			res, err := GrowGPT(f, diskMiB*mib, tt.opts)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+				after, _ := os.ReadFile(img)
+				if !bytes.Equal(before, after) {
+					t.Fatal("a failed GrowGPT changed the image")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, out := sgdiskVerify(img); !ok {
+				t.Fatalf("sgdisk -v after GrowGPT:\n%s", out)
+			}
+			wantLast := tt.wantLast
+			if wantLast == 0 {
+				wantLast = lastUsable
+			}
+			first, last, _ := sgdiskInfo(t, img, tt.wantPart)
+			if res.Partition != tt.wantPart || last != wantLast || int64(res.NewLastLBA) != wantLast || int64(res.FirstLBA) != first {
+				t.Fatalf("result %+v, sgdisk says partition %d is %d-%d; want partition %d ending at %d", res, tt.wantPart, first, last, tt.wantPart, wantLast)
+			}
+			if res.NewBackupLBA != uint64(totalSectors-1) || !res.Changed {
+				t.Fatalf("result %+v: want backup at %d and Changed", res, totalSectors-1)
+			}
+			// The protective MBR covers the whole disk.
+			mbr := make([]byte, 512)
+			f.ReadAt(mbr, 0)
+			if n := binary.LittleEndian.Uint32(mbr[446+12:]); int64(n) != totalSectors-1 {
+				t.Fatalf("protective MBR size %d, want %d", n, totalSectors-1)
+			}
+			// Idempotent: the second run writes nothing.
+			mid, _ := os.ReadFile(img)
+			res2, err := GrowGPT(f, diskMiB*mib, tt.opts)
+			if err != nil || res2.Changed || res2.Grown || res2.NewLastLBA != res.NewLastLBA {
+				t.Fatalf("second run: %+v, %v; want unchanged", res2, err)
+			}
+			after, _ := os.ReadFile(img)
+			if !bytes.Equal(mid, after) {
+				t.Fatal("second GrowGPT changed the image")
+			}
+		})
+	}
+}
+
+func TestGrowGPTRejectsDamagedTable(t *testing.T) {
+	img := sgdiskImage(t, 64, 128, "-n", "1:2048:+20M", "-t", "1:8304")
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Flip one byte of the first partition entry: the entry array CRC no longer matches.
+	if _, err := f.WriteAt([]byte{0xff}, 2*512+60); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := GrowGPT(f, 128*mib, GrowOptions{}); !errors.Is(err, ErrBadGPT) {
+		t.Fatalf("err = %v, want ErrBadGPT", err)
+	}
+	if _, err := GrowGPT(&memDev{b: make([]byte, 1<<20)}, 1<<20, GrowOptions{}); err == nil {
+		t.Fatal("want an error for a zeroed disk")
+	}
+}
+
+func TestGrowGPTDiskSmallerThanImage(t *testing.T) {
+	img := sgdiskImage(t, 64, 64, "-n", "1:2048:+20M", "-t", "1:8304")
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := GrowGPT(f, 32*mib, GrowOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("err = %v, want ErrNoSpace", err)
+	}
+}
+
+func TestReadPartitionTable(t *testing.T) {
+	img := sgdiskImage(t, 64, 64, "-n", "1:2048:+8M", "-t", "1:ef00", "-c", "1:EFI system", "-n", "3:0:+20M", "-t", "3:8304")
+	f, _ := os.Open(img)
+	defer f.Close()
+	pt, err := ReadPartitionTable(f, 64*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Partition{
+		{Number: 1, Start: 1 * mib, Size: 8 * mib, Type: TypeEFISystem, Name: "EFI system"},
+		{Number: 3, Start: 9 * mib, Size: 20 * mib, Type: TypeLinuxRootX86_64},
+	}
+	if pt.Kind != "gpt" || len(pt.Partitions) != 2 || pt.Partitions[0] != want[0] || pt.Partitions[1] != want[1] {
+		t.Fatalf("table %+v, want %+v", pt, want)
+	}
+	if pt.BackupHeaderOffset != 64*mib-512 || pt.BackupEntriesOffset != 64*mib-33*512 {
+		t.Fatalf("backup at %d/%d", pt.BackupHeaderOffset, pt.BackupEntriesOffset)
+	}
+
+	// An MBR disk.
+	mbr := make([]byte, 1<<20)
+	mbr[510], mbr[511] = 0x55, 0xaa
+	e := mbr[446:]
+	e[4] = 0x83
+	binary.LittleEndian.PutUint32(e[8:], 2048)
+	binary.LittleEndian.PutUint32(e[12:], 4096)
+	pt, err = ReadPartitionTable(bytes.NewReader(mbr), 1<<30)
+	if err != nil || pt.Kind != "dos" || len(pt.Partitions) != 1 || pt.Partitions[0] != (Partition{Number: 1, Start: 1 * mib, Size: 2 * mib, Type: "0x83"}) {
+		t.Fatalf("dos table %+v, %v", pt, err)
+	}
+	if _, err := ReadPartitionTable(bytes.NewReader(make([]byte, 1<<20)), 1<<20); !errors.Is(err, ErrNoGPT) {
+		t.Fatalf("empty disk: %v, want ErrNoGPT", err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{in: "20G", want: 20 << 30}, {in: "512M", want: 512 << 20}, {in: "1T", want: 1 << 40}, {in: "1.5T", want: 3 << 39},
+		{in: "20GiB", want: 20 << 30}, {in: "20GB", want: 20e9}, {in: "4096", want: 4096}, {in: "10k", want: 10 << 10},
+		{in: "", bad: true}, {in: "G", bad: true}, {in: "20X", bad: true}, {in: "-1G", bad: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseSize(tt.in)
+		if (err != nil) != tt.bad || got != tt.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d, bad=%v", tt.in, got, err, tt.want, tt.bad)
+		}
+	}
+}
+
+// memDev is an in-memory DeviceFile.
+type memDev struct{ b []byte }
+
+func (m *memDev) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(m.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (m *memDev) WriteAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > int64(len(m.b)) {
+		return 0, errors.New("write past end of device")
+	}
+	return copy(m.b[off:], p), nil
+}

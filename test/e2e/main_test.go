@@ -79,8 +79,15 @@ func provision(t *testing.T, lab *harness.Lab, spec harness.MachineSpec) (*harne
 	if err != nil {
 		t.Fatalf("add machine: %v", err)
 	}
-	start := time.Now()
 	m.BootT(t, a.kernel, a.initrd)
+	return m, waitOutcome(t, m)
+}
+
+// waitOutcome waits for the outcome of the machine's run and for its VM to
+// exit, and returns what bootyd recorded.
+func waitOutcome(t *testing.T, m *harness.Machine) api.MachineState {
+	t.Helper()
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	st, err := m.WaitOutcome(ctx)
@@ -93,7 +100,7 @@ func provision(t *testing.T, lab *harness.Lab, spec harness.MachineSpec) (*harne
 	if last, ok := m.State(); ok {
 		st = last
 	}
-	return m, st
+	return st
 }
 
 func newLab(t *testing.T) *harness.Lab {

@@ -1,0 +1,376 @@
+package disk
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Filesystem and volume names DetectFS returns, as blkid spells them.
+const (
+	FSExt2   = "ext2"
+	FSExt3   = "ext3"
+	FSExt4   = "ext4"
+	FSXFS    = "xfs"
+	FSBtrfs  = "btrfs"
+	FSSwap   = "swap"
+	FSLVM2PV = "LVM2_member"
+)
+
+// Sentinels of DetectFS and GrowFilesystem.
+var (
+	// ErrUnknownFS: no known superblock was found.
+	ErrUnknownFS = errors.New("unknown filesystem")
+	// ErrUnsupportedFS: the filesystem is known but booty cannot grow it.
+	ErrUnsupportedFS = errors.New("filesystem cannot be grown")
+	// ErrNotMounted: the filesystem must be mounted inside the chroot to grow (xfs, btrfs).
+	ErrNotMounted = errors.New("filesystem is not mounted")
+)
+
+// DetectFS reads the superblocks at the start of r and names what it finds:
+// ext2/ext3/ext4 (magic 0xEF53 at byte 1080, told apart by feature flags),
+// xfs ("XFSB" at 0), btrfs ("_BHRfS_M" at 64 KiB + 64), swap
+// ("SWAPSPACE2" at 4086) or LVM2_member ("LABELONE" … "LVM2 001" in one of
+// the first four 512-byte sectors). A short device is read as far as it
+// goes. Errors: the read failed, or ErrUnknownFS.
+func DetectFS(r io.ReaderAt) (string, error) {
+	buf := make([]byte, 0x10000+0x48)
+	n, err := r.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("detect filesystem: read superblock: %w", err)
+	}
+	buf = buf[:n]
+	at := func(off int, s string) bool { return len(buf) >= off+len(s) && string(buf[off:off+len(s)]) == s }
+	le := binary.LittleEndian
+	switch {
+	case at(0, "XFSB"):
+		return FSXFS, nil
+	case len(buf) >= 1024+104 && le.Uint16(buf[1080:]) == 0xef53:
+		sb := buf[1024:]
+		compat, incompat, roCompat := le.Uint32(sb[0x5c:]), le.Uint32(sb[0x60:]), le.Uint32(sb[0x64:])
+		const (
+			compatJournal   = 0x4
+			incompatExt4    = 0x40 | 0x80 | 0x200 | 0x400 | 0x8000 // extents, 64bit, flex_bg, ea_inode, inline_data
+			roCompatExt4    = 0x8 | 0x10 | 0x20 | 0x40 | 0x400     // huge_file, gdt_csum, dir_nlink, extra_isize, metadata_csum
+			incompatJournal = 0x4                                   // journal device
+		)
+		switch {
+		case incompat&incompatExt4 != 0 || roCompat&roCompatExt4 != 0:
+			return FSExt4, nil
+		case compat&compatJournal != 0 || incompat&incompatJournal != 0:
+			return FSExt3, nil
+		}
+		return FSExt2, nil
+	case at(0x10040, "_BHRfS_M"):
+		return FSBtrfs, nil
+	case at(4086, "SWAPSPACE2"):
+		return FSSwap, nil
+	}
+	for s := range 4 {
+		if at(s*512, "LABELONE") && at(s*512+24, "LVM2 001") {
+			return FSLVM2PV, nil
+		}
+	}
+	return "", ErrUnknownFS
+}
+
+// Runner runs a program chrooted into root and returns what it wrote to
+// stdout and stderr. provision.ExecRunner implements it; the caller has
+// mounted the installed OS at root with /dev, /proc, /sys (and /run for LVM)
+// bound inside.
+type Runner interface {
+	RunChroot(ctx context.Context, root, name string, args ...string) (stdout, stderr []byte, err error)
+}
+
+// FSGrower grows the filesystem on the root partition with the installed
+// OS's own tools. Fields are seams; empty ones take the defaults named.
+type FSGrower struct {
+	Runner Runner
+	// MountsFile lists mounts ("/proc/self/mounts"): xfs and btrfs are grown
+	// through their mount point, LVM finds the root LV from the mount at the chroot.
+	MountsFile string
+	// SysRoot is sysfs ("/sys"), for device-mapper names of /dev/dm-N.
+	SysRoot string
+	// RootLV is "VG/LV" of the LV to extend after pvresize; empty finds it
+	// from the device mounted at the chroot directory.
+	RootLV string
+	// Open opens partDev for DetectFS when fsType is empty (os.Open).
+	Open func(path string) (io.ReadCloser, error)
+	Log  *slog.Logger
+}
+
+// GrowFilesystem grows the filesystem on partDev to fill its (already
+// grown) partition, running the installed OS's tools chrooted in
+// chrootDir; see FSGrower.Grow. partDev is a path valid both on the host
+// (for detection) and in the chroot (for the tools).
+func GrowFilesystem(ctx context.Context, r Runner, chrootDir, partDev, fsType string) error {
+	return (&FSGrower{Runner: r}).Grow(ctx, chrootDir, partDev, fsType)
+}
+
+// Grow detects the filesystem when fsType is empty (DetectFS on partDev),
+// then runs:
+//   - ext2/3/4: resize2fs DEV (online when mounted; an unmounted filesystem
+//     that was mounted since its last check makes resize2fs ask for e2fsck,
+//     which is an error here: mount it first);
+//   - xfs: xfs_growfs MOUNTPOINT, the mount point of partDev inside chrootDir
+//     (ErrNotMounted when it is not mounted there);
+//   - btrfs: btrfs filesystem resize max MOUNTPOINT;
+//   - LVM2 PV: pvresize DEV, then, when the root LV (RootLV, or the LV
+//     mounted at chrootDir) is in the PV's volume group and the group has
+//     free extents, lvextend -r -l +100%FREE VG/LV (which grows its filesystem).
+//
+// Other filesystems return ErrUnsupportedFS. A failing command returns its
+// error with its stderr, naming the command.
+func (g *FSGrower) Grow(ctx context.Context, chrootDir, partDev, fsType string) error {
+	log := g.Log
+	if log == nil {
+		log = slog.Default().With("component", "disk")
+	}
+	if fsType == "" {
+		open := g.Open
+		if open == nil {
+			open = func(p string) (io.ReadCloser, error) { return os.Open(p) }
+		}
+		f, err := open(partDev)
+		if err != nil {
+			return fmt.Errorf("grow filesystem on %s: %w", partDev, err)
+		}
+		ra, ok := f.(io.ReaderAt)
+		if !ok {
+			f.Close()
+			return fmt.Errorf("grow filesystem on %s: opened device cannot be read at offsets", partDev)
+		}
+		fsType, err = DetectFS(ra)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("grow filesystem on %s: %w", partDev, err)
+		}
+	}
+	log.Info("grow filesystem", "device", partDev, "fs", fsType, "root", chrootDir)
+	switch strings.ToLower(fsType) {
+	case FSExt2, FSExt3, FSExt4:
+		_, err := g.run(ctx, chrootDir, "resize2fs", partDev)
+		return err
+	case FSXFS, FSBtrfs:
+		mp, err := g.mountPoint(chrootDir, partDev)
+		if err != nil {
+			return fmt.Errorf("grow %s on %s: %w", fsType, partDev, err)
+		}
+		if fsType == FSXFS {
+			_, err = g.run(ctx, chrootDir, "xfs_growfs", mp)
+		} else {
+			_, err = g.run(ctx, chrootDir, "btrfs", "filesystem", "resize", "max", mp)
+		}
+		return err
+	case strings.ToLower(FSLVM2PV), "lvm", "lvm2":
+		return g.growLVM(ctx, chrootDir, partDev, log)
+	}
+	return fmt.Errorf("grow filesystem on %s: %s: %w", partDev, fsType, ErrUnsupportedFS)
+}
+
+func (g *FSGrower) growLVM(ctx context.Context, chrootDir, partDev string, log *slog.Logger) error {
+	if _, err := g.run(ctx, chrootDir, "pvresize", partDev); err != nil {
+		return err
+	}
+	out, err := g.run(ctx, chrootDir, "pvs", "--noheadings", "-o", "vg_name", partDev)
+	if err != nil {
+		return err
+	}
+	vg := strings.TrimSpace(string(out))
+	if vg == "" {
+		log.Info("physical volume is in no volume group, nothing to extend", "device", partDev)
+		return nil
+	}
+	lv := g.RootLV
+	if lv == "" {
+		src, err := g.rootSource(chrootDir)
+		if err != nil {
+			return fmt.Errorf("grow LVM on %s: find the root logical volume: %w", partDev, err)
+		}
+		lv = g.lvName(src)
+		if lv == "" {
+			return fmt.Errorf("grow LVM on %s: root %s is mounted from %s, not a logical volume; set the root LV explicitly", partDev, chrootDir, src)
+		}
+	}
+	if !strings.HasPrefix(lv, vg+"/") {
+		log.Info("root logical volume is not in the grown volume group, not extending", "lv", lv, "vg", vg)
+		return nil
+	}
+	out, err = g.run(ctx, chrootDir, "vgs", "--noheadings", "-o", "vg_free_count", vg)
+	if err != nil {
+		return err
+	}
+	free, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		return fmt.Errorf("grow LVM on %s: parse free extents of %s %q: %w", partDev, vg, strings.TrimSpace(string(out)), err)
+	}
+	if free == 0 {
+		log.Info("volume group has no free extents, root LV already fills it", "vg", vg, "lv", lv)
+		return nil
+	}
+	_, err = g.run(ctx, chrootDir, "lvextend", "-r", "-l", "+100%FREE", lv)
+	return err
+}
+
+func (g *FSGrower) run(ctx context.Context, root, name string, args ...string) ([]byte, error) {
+	if g.Runner == nil {
+		return nil, fmt.Errorf("run %s: no runner", name)
+	}
+	stdout, stderr, err := g.Runner.RunChroot(ctx, root, name, args...)
+	if err != nil {
+		return stdout, fmt.Errorf("run %s %s in %s: %w: %s", name, strings.Join(args, " "), root, err, bytes.TrimSpace(stderr))
+	}
+	return stdout, nil
+}
+
+type mountEntry struct{ source, target string }
+
+func (g *FSGrower) mounts() ([]mountEntry, error) {
+	p := g.MountsFile
+	if p == "" {
+		p = "/proc/self/mounts"
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("read mounts %s: %w", p, err)
+	}
+	defer f.Close()
+	var out []mountEntry
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 {
+			out = append(out, mountEntry{unescapeMount(fields[0]), unescapeMount(fields[1])})
+		}
+	}
+	return out, sc.Err()
+}
+
+// unescapeMount undoes the kernel's octal escapes (\040 for space) in /proc/mounts.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func sameDevice(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ra, err1 := filepath.EvalSymlinks(a)
+	rb, err2 := filepath.EvalSymlinks(b)
+	return err1 == nil && err2 == nil && ra == rb
+}
+
+// mountPoint returns where partDev is mounted, as a path inside chrootDir.
+// The last mount of the device inside chrootDir wins.
+func (g *FSGrower) mountPoint(chrootDir, partDev string) (string, error) {
+	ms, err := g.mounts()
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Clean(chrootDir)
+	found, outside := "", ""
+	for _, m := range ms {
+		if !sameDevice(m.source, partDev) {
+			continue
+		}
+		rel, err := filepath.Rel(root, m.target)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			outside = m.target
+			continue
+		}
+		found = filepath.Join("/", rel)
+	}
+	if found == "" {
+		if outside != "" {
+			return "", fmt.Errorf("mounted at %s, outside the chroot %s: %w", outside, chrootDir, ErrNotMounted)
+		}
+		return "", fmt.Errorf("%s in %s: %w", partDev, chrootDir, ErrNotMounted)
+	}
+	return found, nil
+}
+
+// rootSource returns the device mounted at chrootDir.
+func (g *FSGrower) rootSource(chrootDir string) (string, error) {
+	ms, err := g.mounts()
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Clean(chrootDir)
+	src := ""
+	for _, m := range ms {
+		if filepath.Clean(m.target) == root {
+			src = m.source
+		}
+	}
+	if src == "" {
+		return "", fmt.Errorf("nothing is mounted at %s: %w", chrootDir, ErrNotMounted)
+	}
+	return src, nil
+}
+
+// lvName turns a mount source into "VG/LV": /dev/mapper/vg-lv (dashes in
+// names doubled), /dev/VG/LV, or /dev/dm-N through sysfs dm/name. It
+// returns "" for anything else.
+func (g *FSGrower) lvName(src string) string {
+	if name, ok := strings.CutPrefix(src, "/dev/mapper/"); ok {
+		return splitDMName(name)
+	}
+	if base := filepath.Base(src); strings.HasPrefix(base, "dm-") && filepath.Dir(src) == "/dev" {
+		sys := g.SysRoot
+		if sys == "" {
+			sys = "/sys"
+		}
+		b, err := os.ReadFile(filepath.Join(sys, "block", base, "dm", "name"))
+		if err != nil {
+			return ""
+		}
+		return splitDMName(strings.TrimSpace(string(b)))
+	}
+	parts := strings.Split(strings.TrimPrefix(src, "/dev/"), "/")
+	if strings.HasPrefix(src, "/dev/") && len(parts) == 2 && parts[0] != "disk" && parts[0] != "mapper" {
+		return parts[0] + "/" + parts[1]
+	}
+	return ""
+}
+
+// splitDMName splits a device-mapper name "my--vg-root" into "my-vg/root".
+func splitDMName(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] != '-' {
+			continue
+		}
+		if i+1 < len(name) && name[i+1] == '-' {
+			i++
+			continue
+		}
+		vg, lv := name[:i], name[i+1:]
+		if vg == "" || lv == "" {
+			return ""
+		}
+		return strings.ReplaceAll(vg, "--", "-") + "/" + strings.ReplaceAll(lv, "--", "-")
+	}
+	return ""
+}

@@ -1,0 +1,312 @@
+package disk
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// hostRunner runs commands on the host; the tests chroot into "/" only.
+type hostRunner struct{ t *testing.T }
+
+func (h hostRunner) RunChroot(ctx context.Context, root, name string, args ...string) ([]byte, []byte, error) {
+	if root != "/" {
+		h.t.Fatalf("hostRunner asked to chroot into %s", root)
+	}
+	var stdout, stderr strings.Builder
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	h.t.Logf("ran %s %v: %v\n%s%s", name, args, err, stdout.String(), stderr.String())
+	return []byte(stdout.String()), []byte(stderr.String()), err
+}
+
+// fakeRunner records command lines and answers from a table keyed by the command line.
+type fakeRunner struct {
+	answers map[string]string
+	fail    map[string]bool
+	calls   []string
+	roots   []string
+}
+
+func (f *fakeRunner) RunChroot(_ context.Context, root, name string, args ...string) ([]byte, []byte, error) {
+	line := strings.Join(append([]string{name}, args...), " ")
+	f.calls = append(f.calls, line)
+	f.roots = append(f.roots, root)
+	if f.fail[line] {
+		return nil, []byte("boom"), errors.New("exit status 5")
+	}
+	return []byte(f.answers[line]), nil, nil
+}
+
+func needTool(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			t.Skipf("%s not installed", n)
+		}
+	}
+}
+
+func mkfsImage(t *testing.T, size int64, mkfs ...string) string {
+	t.Helper()
+	needTool(t, mkfs[0])
+	p := filepath.Join(t.TempDir(), "fs.img")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs[0], append(mkfs[1:], p)...).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", mkfs, err, out)
+	}
+	return p
+}
+
+func TestDetectFS(t *testing.T) {
+	ext := func(compat, incompat, roCompat uint32) []byte {
+		b := make([]byte, 4096)
+		binary.LittleEndian.PutUint16(b[1080:], 0xef53)
+		binary.LittleEndian.PutUint32(b[1024+0x5c:], compat)
+		binary.LittleEndian.PutUint32(b[1024+0x60:], incompat)
+		binary.LittleEndian.PutUint32(b[1024+0x64:], roCompat)
+		return b
+	}
+	at := func(size, off int, s string) []byte {
+		b := make([]byte, size)
+		copy(b[off:], s)
+		return b
+	}
+	lvm := at(4096, 512, "LABELONE")
+	copy(lvm[512+24:], "LVM2 001")
+	tests := []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"ext2", ext(0, 0x2, 0x1), FSExt2},
+		{"ext3", ext(0x4, 0x2, 0x1), FSExt3},
+		{"ext4", ext(0x4, 0x2|0x40|0x80|0x200, 0x1), FSExt4},
+		{"xfs", at(512, 0, "XFSB"), FSXFS},
+		{"btrfs", at(0x11000, 0x10040, "_BHRfS_M"), FSBtrfs},
+		{"swap", at(4096, 4086, "SWAPSPACE2"), FSSwap},
+		{"lvm pv label in sector 1", lvm, FSLVM2PV},
+		{"LABELONE without LVM2 type", at(4096, 512, "LABELONE"), ""},
+		{"zeros", make([]byte, 1<<17), ""},
+		{"tiny", make([]byte, 10), ""},
+	}
+	for _, tt := range tests {
+		got, err := DetectFS(&memDev{b: tt.b})
+		if got != tt.want || (tt.want == "") != errors.Is(err, ErrUnknownFS) {
+			t.Errorf("%s: DetectFS = %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+	// Real filesystems made by their mkfs.
+	for _, mk := range []struct {
+		want string
+		cmd  []string
+		size int64
+	}{
+		{FSExt4, []string{"mkfs.ext4", "-q", "-F"}, 16 << 20},
+		{FSExt2, []string{"mkfs.ext2", "-q", "-F"}, 16 << 20},
+		{FSExt3, []string{"mkfs.ext3", "-q", "-F"}, 16 << 20},
+		{FSXFS, []string{"mkfs.xfs", "-q", "-f"}, 300 << 20},
+	} {
+		img := mkfsImage(t, mk.size, mk.cmd...)
+		f, _ := os.Open(img)
+		got, err := DetectFS(f)
+		f.Close()
+		if got != mk.want {
+			t.Errorf("%s image: DetectFS = %q, %v", mk.cmd[0], got, err)
+		}
+	}
+}
+
+// extBlocks reads an ext superblock's block count.
+func extBlocks(t *testing.T, img string) uint32 {
+	t.Helper()
+	b := make([]byte, 2048)
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	return binary.LittleEndian.Uint32(b[1024+4:])
+}
+
+func TestGrowFilesystemExt4(t *testing.T) {
+	needTool(t, "resize2fs")
+	img := mkfsImage(t, 32<<20, "mkfs.ext4", "-q", "-F", "-b", "4096")
+	if got := extBlocks(t, img); got != 8192 {
+		t.Fatalf("fresh fs has %d blocks", got)
+	}
+	if err := os.Truncate(img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := GrowFilesystem(context.Background(), hostRunner{t}, "/", img, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := extBlocks(t, img); got != 16384 {
+		t.Fatalf("grown fs has %d blocks, want 16384", got)
+	}
+	// Again: nothing to do, no error.
+	if err := GrowFilesystem(context.Background(), hostRunner{t}, "/", img, FSExt4); err != nil {
+		t.Fatalf("second grow: %v", err)
+	}
+}
+
+func TestGrowFilesystemXFSMounted(t *testing.T) {
+	needTool(t, "xfs_growfs", "losetup")
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a loop device and a mount")
+	}
+	if fss, _ := os.ReadFile("/proc/filesystems"); !strings.Contains(string(fss), "\txfs\n") {
+		t.Skip("SKIPPED: the kernel has no xfs; xfs_growfs is covered by the command-line test only")
+	}
+	img := mkfsImage(t, 300<<20, "mkfs.xfs", "-q", "-f")
+	if err := os.Truncate(img, 512<<20); err != nil {
+		t.Fatal(err)
+	}
+	loop := attachLoop(t, img, false)
+	mnt := t.TempDir()
+	if err := unix.Mount(loop, mnt, "xfs", 0, ""); err != nil {
+		t.Fatalf("mount %s: %v", loop, err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, 0) })
+	size := func() int64 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(mnt, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Blocks) * st.Bsize
+	}
+	before := size()
+	if err := GrowFilesystem(context.Background(), hostRunner{t}, "/", loop, ""); err != nil {
+		t.Fatal(err)
+	}
+	if after := size(); after < before+150<<20 {
+		t.Fatalf("xfs size %d before, %d after growing by 212 MiB", before, after)
+	}
+}
+
+// attachLoop attaches img to a free loop device (with partition scanning
+// when partscan) and detaches it at cleanup.
+func attachLoop(t *testing.T, img string, partscan bool) string {
+	t.Helper()
+	args := []string{"--find", "--show"}
+	if partscan {
+		args = append(args, "--partscan")
+	}
+	out, err := exec.Command("losetup", append(args, img)...).CombinedOutput()
+	if err != nil {
+		t.Skipf("SKIPPED: no loop device: losetup: %v: %s", err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", loop).CombinedOutput(); err != nil {
+			t.Logf("losetup -d %s: %v %s", loop, err, out)
+		}
+	})
+	return loop
+}
+
+func TestGrowFilesystemCommands(t *testing.T) {
+	root := t.TempDir()
+	mounts := filepath.Join(root, "mounts")
+	sys := filepath.Join(root, "sys")
+	os.MkdirAll(filepath.Join(sys, "block", "dm-0", "dm"), 0o755)
+	os.WriteFile(filepath.Join(sys, "block", "dm-0", "dm", "name"), []byte("my--vg-root\n"), 0o644)
+	tests := []struct {
+		name      string
+		fsType    string
+		mounts    string
+		rootLV    string
+		answers   map[string]string
+		fail      map[string]bool
+		wantCalls []string
+		wantErr   error
+		errText   string
+	}{
+		{name: "ext4", fsType: "ext4", wantCalls: []string{"resize2fs /dev/vda3"}},
+		{name: "xfs mounted at the chroot", fsType: "xfs", mounts: "/dev/vda3 /mnt/target xfs rw 0 0\n",
+			wantCalls: []string{"xfs_growfs /"}},
+		{name: "xfs mounted below the chroot", fsType: "xfs", mounts: "/dev/vda3 /mnt/target/var\\040x xfs rw 0 0\n",
+			wantCalls: []string{"xfs_growfs /var x"}},
+		{name: "xfs not mounted", fsType: "xfs", mounts: "/dev/vda1 /mnt/target ext4 rw 0 0\n", wantErr: ErrNotMounted},
+		{name: "xfs mounted elsewhere", fsType: "xfs", mounts: "/dev/vda3 /elsewhere xfs rw 0 0\n", wantErr: ErrNotMounted, errText: "outside the chroot"},
+		{name: "btrfs", fsType: "btrfs", mounts: "/dev/vda3 /mnt/target btrfs rw 0 0\n",
+			wantCalls: []string{"btrfs filesystem resize max /"}},
+		{name: "lvm root from mapper name", fsType: FSLVM2PV, mounts: "/dev/mapper/my--vg-root /mnt/target ext4 rw 0 0\n",
+			answers: map[string]string{"pvs --noheadings -o vg_name /dev/vda3": "  my-vg\n", "vgs --noheadings -o vg_free_count my-vg": "  2560\n"},
+			wantCalls: []string{"pvresize /dev/vda3", "pvs --noheadings -o vg_name /dev/vda3", "vgs --noheadings -o vg_free_count my-vg",
+				"lvextend -r -l +100%FREE my-vg/root"}},
+		{name: "lvm root from dm-0", fsType: "lvm", mounts: "/dev/dm-0 /mnt/target xfs rw 0 0\n",
+			answers: map[string]string{"pvs --noheadings -o vg_name /dev/vda3": "my-vg", "vgs --noheadings -o vg_free_count my-vg": "10"},
+			wantCalls: []string{"pvresize /dev/vda3", "pvs --noheadings -o vg_name /dev/vda3", "vgs --noheadings -o vg_free_count my-vg",
+				"lvextend -r -l +100%FREE my-vg/root"}},
+		{name: "lvm explicit root LV, /dev/VG/LV", fsType: FSLVM2PV, rootLV: "rhel/root",
+			answers:   map[string]string{"pvs --noheadings -o vg_name /dev/vda3": "rhel", "vgs --noheadings -o vg_free_count rhel": "7"},
+			wantCalls: []string{"pvresize /dev/vda3", "pvs --noheadings -o vg_name /dev/vda3", "vgs --noheadings -o vg_free_count rhel", "lvextend -r -l +100%FREE rhel/root"}},
+		{name: "lvm no free extents: idempotent", fsType: FSLVM2PV, mounts: "/dev/rhel/root /mnt/target xfs rw 0 0\n",
+			answers:   map[string]string{"pvs --noheadings -o vg_name /dev/vda3": "rhel", "vgs --noheadings -o vg_free_count rhel": "0"},
+			wantCalls: []string{"pvresize /dev/vda3", "pvs --noheadings -o vg_name /dev/vda3", "vgs --noheadings -o vg_free_count rhel"}},
+		{name: "lvm root in another vg", fsType: FSLVM2PV, mounts: "/dev/mapper/sys-root /mnt/target xfs rw 0 0\n",
+			answers:   map[string]string{"pvs --noheadings -o vg_name /dev/vda3": "data"},
+			wantCalls: []string{"pvresize /dev/vda3", "pvs --noheadings -o vg_name /dev/vda3"}},
+		{name: "lvm root not an LV", fsType: FSLVM2PV, mounts: "/dev/vda2 /mnt/target xfs rw 0 0\n",
+			answers:   map[string]string{"pvs --noheadings -o vg_name /dev/vda3": "data"},
+			wantCalls: []string{"pvresize /dev/vda3", "pvs --noheadings -o vg_name /dev/vda3"}, errText: "not a logical volume"},
+		{name: "pvresize fails", fsType: FSLVM2PV, fail: map[string]bool{"pvresize /dev/vda3": true},
+			wantCalls: []string{"pvresize /dev/vda3"}, errText: "run pvresize /dev/vda3 in /mnt/target: exit status 5: boom"},
+		{name: "vfat", fsType: "vfat", wantErr: ErrUnsupportedFS},
+		{name: "swap", fsType: FSSwap, wantErr: ErrUnsupportedFS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			os.WriteFile(mounts, []byte("proc /proc proc rw 0 0\n"+tt.mounts), 0o644)
+			r := &fakeRunner{answers: tt.answers, fail: tt.fail}
+			g := &FSGrower{Runner: r, MountsFile: mounts, SysRoot: sys, RootLV: tt.rootLV}
+			err := g.Grow(context.Background(), "/mnt/target", "/dev/vda3", tt.fsType)
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) || tt.wantErr == nil && tt.errText == "" && err != nil {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if tt.errText != "" && (err == nil || !strings.Contains(err.Error(), tt.errText)) {
+				t.Fatalf("err = %v, want it to say %q", err, tt.errText)
+			}
+			if !reflect.DeepEqual(r.calls, tt.wantCalls) {
+				t.Fatalf("calls = %q, want %q", r.calls, tt.wantCalls)
+			}
+			for _, root := range r.roots {
+				if root != "/mnt/target" {
+					t.Fatalf("ran in %s, want the chroot", root)
+				}
+			}
+		})
+	}
+}
+
+func TestGrowFilesystemDetectError(t *testing.T) {
+	g := &FSGrower{Runner: &fakeRunner{}, Open: func(string) (io.ReadCloser, error) { return nil, fmt.Errorf("open: %w", os.ErrNotExist) }}
+	if err := g.Grow(context.Background(), "/mnt", "/dev/nope", ""); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err = %v", err)
+	}
+	img := filepath.Join(t.TempDir(), "zero")
+	os.WriteFile(img, make([]byte, 1<<17), 0o644)
+	if err := GrowFilesystem(context.Background(), &fakeRunner{}, "/mnt", img, ""); !errors.Is(err, ErrUnknownFS) {
+		t.Fatalf("err = %v, want ErrUnknownFS", err)
+	}
+}

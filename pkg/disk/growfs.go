@@ -61,7 +61,7 @@ func DetectFS(r io.ReaderAt) (string, error) {
 			compatJournal   = 0x4
 			incompatExt4    = 0x40 | 0x80 | 0x200 | 0x400 | 0x8000 // extents, 64bit, flex_bg, ea_inode, inline_data
 			roCompatExt4    = 0x8 | 0x10 | 0x20 | 0x40 | 0x400     // huge_file, gdt_csum, dir_nlink, extra_isize, metadata_csum
-			incompatJournal = 0x4                                   // journal device
+			incompatJournal = 0x4                                  // journal device
 		)
 		switch {
 		case incompat&incompatExt4 != 0 || roCompat&roCompatExt4 != 0:

@@ -68,6 +68,7 @@ func New(sys *initsys.System) *Agent {
 	}
 	a.NewRunner = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner {
 		dm := disk.NewManager()
+		dm.BootDevices = bootDevices(log)
 		o := provision.NewOrchestrator(cfg, p, dm)
 		o.SetLogger(log)
 		provision.SetDebugLogger(log)
@@ -154,6 +155,21 @@ func (a *Agent) network(ctx context.Context) (*network.Result, error) {
 	a.Log.Info("network up", "interface", res.Interface, "mac", res.MAC, "address", res.Address.String(),
 		"gateway", res.Gateway.String(), "method", string(res.Method))
 	return res, nil
+}
+
+// bootDevices lists the devices that carry a config drive (virtual media):
+// they are never chosen as the target, even when unmounted.
+func bootDevices(log *slog.Logger) []string {
+	drives, err := (&config.ConfigDriveProvider{Log: log}).Find()
+	if err != nil {
+		log.Warn("cannot look for config drives to protect them", "error", err)
+		return nil
+	}
+	var devs []string
+	for _, d := range drives {
+		devs = append(devs, d.Device)
+	}
+	return devs
 }
 
 // withReporter makes sure reports reach bootyd when the config names a

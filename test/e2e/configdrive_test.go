@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/test/harness"
 	"github.com/booty-dev/booty/test/vm"
 )
@@ -26,6 +28,11 @@ func TestConfigDrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Disk.RootPartitionSize = "keep"
+	// Both disks are virtio and the config drive is the smaller one, so
+	// Ironic's smallest-match rule would pick it: it must be protected as
+	// boot medium.
+	cfg.Disk.Device = ""
+	cfg.Disk.Hints = config.RootDeviceHints{"tran": "virtio"}
 	cfg.Server.URL = lab.GuestURL()
 	cfg.Server.Token = "config-drive-token"
 	data, err := yaml.Marshal(cfg)
@@ -46,6 +53,10 @@ func TestConfigDrive(t *testing.T) {
 			t.Fatalf("%v: %v\n%s", c, err, out)
 		}
 	}
+	before, err := os.ReadFile(drive)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// bootyd must know the machine (and its token) to accept reports, but
 	// the guest is not told where it is: no booty.server= on the cmdline.
 	m, err := lab.AddMachine(harness.MachineSpec{Config: cfg, Token: cfg.Server.Token,
@@ -64,6 +75,13 @@ func TestConfigDrive(t *testing.T) {
 	}
 	if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
 		t.Fatal(err)
+	}
+	after, err := os.ReadFile(drive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(after, before) {
+		t.Fatal("the config drive was written to")
 	}
 	if !strings.Contains(m.VM().ConsoleText(), `msg="config loaded" provider="config drive`) {
 		t.Error("console does not say the config came from the config drive")

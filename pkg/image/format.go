@@ -26,12 +26,17 @@ const (
 	FormatBzip2 Format = "bzip2"
 	FormatLz4   Format = "lz4"
 
+	// FormatQcow2 is unpacked by a streaming reader (see qcow2.go).
+	FormatQcow2 Format = "qcow2"
+
 	// Disk image containers recognised only to be refused: writing them
 	// byte for byte would put a container, not a disk, on the target.
-	FormatQcow2 Format = "qcow2"
-	FormatVMDK  Format = "vmdk"
-	FormatVHDX  Format = "vhdx"
+	FormatVMDK Format = "vmdk"
+	FormatVHDX Format = "vhdx"
 )
+
+// zstdOptions tune the zstd decoder; see BenchmarkDecoders.
+var zstdOptions = []zstd.DOption{zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(false), zstd.WithDecoderMaxWindow(128 << 20)}
 
 // magicLen is how many leading bytes DetectFormat and sizeHintFromHeader
 // want to see; fewer are fine for short images.
@@ -68,7 +73,7 @@ func DetectFormat(head []byte) Format {
 
 // decompressor wraps r in the decoder for f. The returned closer releases
 // decoder resources (zstd goroutines); it does not close r.
-func decompressor(f Format, r io.Reader) (io.Reader, func(), error) {
+func decompressor(f Format, r io.Reader, o *Options) (io.Reader, func(), error) {
 	nop := func() {}
 	switch f {
 	case FormatRaw:
@@ -80,7 +85,7 @@ func decompressor(f Format, r io.Reader) (io.Reader, func(), error) {
 		}
 		return zr, func() { zr.Close() }, nil
 	case FormatZstd:
-		zr, err := zstd.NewReader(r)
+		zr, err := zstd.NewReader(r, zstdOptions...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open zstd stream: %w: %w", ErrCorruptSource, err)
 		}
@@ -95,6 +100,12 @@ func decompressor(f Format, r io.Reader) (io.Reader, func(), error) {
 		return bzip2.NewReader(r), nop, nil
 	case FormatLz4:
 		return lz4.NewReader(r), nop, nil
+	case FormatQcow2:
+		qr, err := newQcow2Reader(r, o.Log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return qr, nop, nil
 	default:
 		return nil, nil, fmt.Errorf("image format %s: %w", f, ErrUnsupportedFormat)
 	}

@@ -27,7 +27,7 @@ var (
 	// ErrTargetTooSmall: the image does not fit on the target.
 	ErrTargetTooSmall = errors.New("target too small for image")
 	// ErrUnsupportedFormat: the image is a container Write does not unpack
-	// (qcow2, VMDK, VHDX).
+	// (VMDK, VHDX, or a qcow2 feature the streaming reader lacks).
 	ErrUnsupportedFormat = errors.New("unsupported image format")
 	// ErrCorruptSource: the compressed stream is corrupt or truncated, or the
 	// image is empty.
@@ -42,6 +42,9 @@ var (
 	ErrBadSource = errors.New("bad image source")
 	// ErrBadTarget: the target is neither a block device nor a regular file.
 	ErrBadTarget = errors.New("bad target")
+	// ErrBadBmap: the bmap file cannot be fetched or parsed, its own
+	// checksum does not match, or it does not fit the image.
+	ErrBadBmap = errors.New("bad bmap file")
 	// ErrWriteTarget: writing or syncing the target failed.
 	ErrWriteTarget = errors.New("write target")
 )
@@ -49,7 +52,8 @@ var (
 // Default tuning; see the fields of Options.
 const (
 	DefaultChunkSize        = 4 << 20
-	DefaultBuffers          = 4
+	DefaultBuffers          = 8
+	DefaultWriters          = 4
 	DefaultConnectTimeout   = 30 * time.Second
 	DefaultHeaderTimeout    = 30 * time.Second
 	DefaultIdleTimeout      = 60 * time.Second
@@ -64,10 +68,14 @@ const (
 
 // Options says what to write where and how to check it.
 type Options struct {
-	// Source is an http://, https:// or file:// URL or a plain path.
+	// Source is an http://, https:// or file:// URL, a plain path, or
+	// oci://REGISTRY/REPO@sha256:HEX (oci+http:// for a plain-HTTP
+	// registry): a single-layer disk image artifact whose layer digest
+	// becomes the served-bytes checksum.
 	Source string
 	// Checksum is "sha256:HEX" or "sha512:HEX" of the file as served
-	// (compressed or not). Optional.
+	// (compressed or not). Optional; for an OCI source it must equal the
+	// layer digest when given.
 	Checksum string
 	// ImageChecksum is the same for the decompressed image. Optional.
 	ImageChecksum string
@@ -110,9 +118,35 @@ type Options struct {
 	// HoldBack (default 4 MiB).
 	ChunkSize int
 	// Buffers is how many chunks may be in flight between decompressor and
-	// writer, at least 2 (default 4). Memory use is about
-	// (Buffers+1)*ChunkSize whatever the image size.
+	// writers, at least 4 (default 8). Chunk memory is Buffers*ChunkSize
+	// (page-aligned, outside the Go heap) whatever the image size.
 	Buffers int
+	// Writers is how many writes may be in flight at once (default 4).
+	Writers int
+	// NoDirect disables O_DIRECT writes. By default Write opens the target
+	// a second time with O_DIRECT and sends aligned writes through it,
+	// falling back to buffered writes where the kernel refuses (EINVAL).
+	NoDirect bool
+	// FreshTarget declares that the target reads as zeros already (freshly
+	// wiped or discarded): zero runs of the image are then skipped instead
+	// of zeroed. A wrong declaration leaves old data where the image has
+	// zeros.
+	FreshTarget bool
+
+	// Bmap is the URL or path of a bmaptool bmap file (format 1.x or 2.0)
+	// for the image. Write verifies the file's own checksum, refuses a
+	// target smaller than its ImageSize, checks each mapped range's
+	// checksum as the range passes, and writes unmapped ranges as zero
+	// runs (not at all on a fresh target). Fetched like Source, without
+	// resume.
+	Bmap string
+
+	// OCIUsername and OCIPassword are sent (basic auth) to the token
+	// endpoint named by a registry's Bearer challenge for oci:// sources.
+	OCIUsername, OCIPassword string
+	// OCIToken is a registry bearer token for oci:// sources, used as is;
+	// the CLI takes it from BOOTY_OCI_TOKEN.
+	OCIToken string
 
 	// Progress is called at most once per ProgressInterval while writing,
 	// and once at the end with Done set (also on failure). Calls come from
@@ -170,9 +204,14 @@ func (o *Options) setDefaults() {
 		o.ChunkSize = HoldBack
 	}
 	o.ChunkSize = (o.ChunkSize + 4095) &^ 4095
-	if o.Buffers < 2 {
+	if o.Buffers <= 0 {
 		o.Buffers = DefaultBuffers
 	}
+	if o.Writers <= 0 {
+		o.Writers = DefaultWriters
+	}
+	// Up to two chunks are held back, one is decoded, one written.
+	o.Buffers = max(o.Buffers, 4)
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}

@@ -25,6 +25,9 @@ type source interface {
 	Size() int64
 	ReadRange(ctx context.Context, off, n int64) ([]byte, error)
 	Resumes() int
+	// Digest is the digest the source itself names for its bytes (an OCI
+	// blob), or the zero checksum.
+	Digest() checksum
 }
 
 // openSource opens opts.Source: http(s) URLs through an HTTP client with
@@ -83,8 +86,9 @@ func openFile(path string) (*fileSource, error) {
 	return &fileSource{File: f, size: size}, nil
 }
 
-func (f *fileSource) Size() int64  { return f.size }
-func (f *fileSource) Resumes() int { return 0 }
+func (f *fileSource) Size() int64      { return f.size }
+func (f *fileSource) Resumes() int     { return 0 }
+func (f *fileSource) Digest() checksum { return checksum{} }
 
 func (f *fileSource) ReadRange(_ context.Context, off, n int64) ([]byte, error) {
 	b := make([]byte, n)
@@ -156,6 +160,8 @@ type httpSource struct {
 	failures int  // consecutive failed attempts without progress
 	resumes  int
 	lastErr  error
+	digest   checksum    // set for OCI blobs
+	header   http.Header // extra request headers (registry auth)
 }
 
 func openHTTP(ctx context.Context, o *Options, u *url.URL) (*httpSource, error) {
@@ -243,6 +249,9 @@ func (s *httpSource) connect() error {
 		return fmt.Errorf("fetch %s: %w: %w", s.name, ErrBadSource, err)
 	}
 	req.Header.Set("Accept-Encoding", "identity")
+	for k, v := range s.header {
+		req.Header[k] = v
+	}
 	resuming := s.off > 0
 	if resuming {
 		validator := s.etag
@@ -420,8 +429,9 @@ func (s *httpSource) Close() error {
 	return nil
 }
 
-func (s *httpSource) Size() int64  { return s.size }
-func (s *httpSource) Resumes() int { return s.resumes }
+func (s *httpSource) Size() int64      { return s.size }
+func (s *httpSource) Resumes() int     { return s.resumes }
+func (s *httpSource) Digest() checksum { return s.digest }
 
 // ReadRange fetches [off, off+n) with a separate range request guarded by
 // If-Range; it fails unless the server answers 206 with exactly that range.
@@ -433,6 +443,9 @@ func (s *httpSource) ReadRange(ctx context.Context, off, n int64) ([]byte, error
 		return nil, err
 	}
 	req.Header.Set("Accept-Encoding", "identity")
+	for k, v := range s.header {
+		req.Header[k] = v
+	}
 	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
 	if v := s.etag; v != "" {
 		req.Header.Set("If-Range", v)

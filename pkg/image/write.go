@@ -9,7 +9,7 @@ import (
 	"hash"
 	"io"
 	"net/url"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,25 +17,32 @@ import (
 // Write streams opts.Source onto opts.Target and returns what it wrote.
 //
 // In order: it parses the checksums (at least one is required unless
-// AllowUnverified), opens source and target, detects the format from the
-// first bytes, and refuses a target smaller than the image size known in
-// advance (served length for raw images; zstd/lz4 frame content size, xz
-// index or gzip ISIZE otherwise) before writing anything. It then
-// decompresses and hashes as it streams, writing large chunks from a writer
-// goroutine, while holding back the first MiB of the image and its final
-// chunk (at least the last MiB, where a backup GPT lives). Before the first
-// write it invalidates the target: a regular file is truncated (and then
-// written sparsely), a device gets its first and last MiB zeroed, so an old
-// partition table cannot survive a crash. When the stream ended cleanly and
-// every checksum matched, it writes the held-back end, syncs, writes the
-// first MiB, and syncs again.
+// AllowUnverified), fetches and checks the bmap file when one is given,
+// opens source and target, detects the format from the first bytes, and
+// refuses a target smaller than the image size known in advance (served
+// length for raw images; zstd/lz4 frame content size, xz index, gzip ISIZE,
+// qcow2 virtual size or bmap image size otherwise) before writing anything.
 //
-// On any failure after writing started (checksum mismatch, truncated or
-// corrupt stream, fetch error, write error, too small target, cancelled
-// context) it zeroes the first MiB of the target and, if it was written, the
-// last MiB of the image, syncs, and returns an error that wraps one of the
-// Err* sentinels (or the context's error). Failures found before writing
-// started leave the target unchanged.
+// It then runs a pipeline of goroutines: fetch ▸ hash of the served bytes ▸
+// decompress into chunks ▸ hash of the image (and bmap range checks) ▸
+// dispatch ▸ a pool of writers that write chunks at their offsets
+// (O_DIRECT where the target allows it). All-zero runs are not written as
+// data: they are skipped on a truncated regular file or a target declared
+// FreshTarget, and zeroed with BLKZEROOUT (block device) otherwise; with a
+// bmap, unmapped ranges are treated the same way. The first MiB of the
+// image and its final chunk (at least the last MiB, where a backup GPT
+// lives) are held back. Before the first write it invalidates the target:
+// a regular file is truncated, a device gets its first and last MiB zeroed,
+// so an old partition table cannot survive a crash. When the stream ended
+// cleanly and every checksum matched, it writes the held-back end, syncs,
+// writes the first MiB, and syncs again.
+//
+// On any failure after writing started (checksum or bmap range mismatch,
+// truncated or corrupt stream, fetch error, write error, too small target,
+// cancelled context) it zeroes the first MiB of the target and, if it was
+// written, the last MiB of the image, syncs, and returns an error that
+// wraps one of the Err* sentinels (or the context's error). Failures found
+// before writing started leave the target unchanged.
 func Write(ctx context.Context, opts Options) (Result, error) {
 	start := time.Now()
 	o := opts
@@ -48,10 +55,9 @@ func Write(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if want.algo == "" && wantImg.algo == "" && !o.AllowUnverified {
+	if want.algo == "" && wantImg.algo == "" && !o.AllowUnverified && !isOCI(o.Source) {
 		return Result{}, fmt.Errorf("write image %s: %w", o.Source, ErrNoChecksum)
 	}
-	o.blindResume = want.algo != "" || wantImg.algo != ""
 	if o.Target == "" && o.TargetWriter == nil {
 		return Result{}, fmt.Errorf("write image: no target given: %w", ErrBadTarget)
 	}
@@ -59,40 +65,61 @@ func Write(ctx context.Context, opts Options) (Result, error) {
 		return Result{}, fmt.Errorf("write image: no source given: %w", ErrBadSource)
 	}
 
-	w := &writer{o: &o, want: want, wantImg: wantImg, srcName: o.Source, name: o.Target}
-	if u, err := url.Parse(o.Source); err == nil && strings.HasPrefix(u.Scheme, "http") {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &writer{o: &o, want: want, wantImg: wantImg, srcName: o.Source, name: o.Target, ctx: rctx, cancel: cancel}
+	if u, err := url.Parse(o.Source); err == nil && u.Scheme != "" && u.Scheme != "file" {
 		w.srcName = redactURL(u)
 	}
 	if w.name == "" {
 		w.name = "target"
 	}
 
-	src, err := openSource(ctx, &o)
+	if o.Bmap != "" {
+		bm, err := loadBmap(rctx, &o)
+		if err != nil {
+			return Result{}, err
+		}
+		w.bmap = bm
+	}
+
+	src, err := openSource(rctx, &o)
 	if err != nil {
 		return Result{}, classifyFetch(ctx, err)
 	}
 	defer src.Close()
 	w.src = src
+	if d := src.Digest(); d.algo != "" {
+		// An OCI blob: its digest is the served-bytes checksum.
+		if w.want.algo != "" && w.want.String() != d.String() {
+			return Result{}, fmt.Errorf("verify %s: checksum %s given, but the registry names the blob %s: %w", w.srcName, w.want, d, ErrChecksumMismatch)
+		}
+		w.want = d
+	}
+	o.blindResume = w.want.algo != "" || w.wantImg.algo != ""
 
 	if o.TargetWriter != nil {
 		w.t = o.TargetWriter
 	} else {
-		ft, err := openTarget(o.Target, o.TargetSize)
+		ft, err := openTarget(o.Target, o.TargetSize, o.NoDirect)
 		if err != nil {
 			return Result{}, err
 		}
 		defer ft.Close()
 		w.t = ft
+		w.ft = ft
 		if ft.regular {
 			w.sparse = ft
 		}
 	}
+	w.zr, _ = w.t.(Zeroer)
+	w.fresh = o.FreshTarget
 	w.limit = w.t.Size()
 	if o.TargetSize > 0 && (w.limit < 0 || o.TargetSize < w.limit) {
 		w.limit = o.TargetSize
 	}
 
-	res, err := w.run(ctx)
+	res, err := w.run()
 	res.Duration = time.Since(start)
 	return res, err
 }
@@ -100,17 +127,35 @@ func Write(ctx context.Context, opts Options) (Result, error) {
 // classifyFetch wraps err in ErrFetch unless it is a cancellation or
 // already says what went wrong.
 func classifyFetch(ctx context.Context, err error) error {
-	if ctx.Err() != nil || errors.Is(err, ErrBadSource) || errors.Is(err, ErrSourceChanged) || errors.Is(err, ErrFetch) {
+	if ctx.Err() != nil || errors.Is(err, ErrBadSource) || errors.Is(err, ErrSourceChanged) || errors.Is(err, ErrFetch) || errors.Is(err, ErrChecksumMismatch) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrFetch, err)
 }
 
 // chunk is one piece of the decompressed image on its way to the target.
+// Its buffer goes back to the pool when the last holder calls put.
 type chunk struct {
 	off  int64
 	data []byte
-	buf  []byte // the pooled buffer data lies in
+	buf  []byte
+	refs atomic.Int32
+	free chan []byte
+	last bool // the decoder ended right after this chunk
+}
+
+func (c *chunk) put() {
+	if c.refs.Add(-1) == 0 {
+		c.free <- c.buf
+	}
+}
+
+// job is one write (or zeroing) for the writer pool.
+type job struct {
+	off  int64
+	data []byte // nil: zero n bytes
+	n    int64
+	c    *chunk // released when done, may be nil
 }
 
 // writer is the state of one Write.
@@ -120,47 +165,60 @@ type writer struct {
 	src           source
 	srcName, name string
 	t             Target
+	ft            *fileTarget                        // set when Write opened the target
+	zr            Zeroer                             // t's fast zeroing, or nil
 	sparse        interface{ Truncate(int64) error } // set when t is a regular file we truncate
 	limit         int64                              // usable target size, or Unlimited
+	fresh         bool                               // zero ranges already read as zeros
+	bmap          *bmap
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	errMu  sync.Mutex
+	err    error // first failure of any stage
 
-	sh, ih  hash.Hash // served file, image (ih nil when it equals sh)
-	counter *sourceCounter
+	sh, ih hash.Hash // served file, image (ih nil when it equals sh)
+	fc     *fetchChain
+	brd    *blockReader
+	format Format
 
 	head        []byte // the first HoldBack bytes of the image
 	headN       int
-	total       int64 // decompressed bytes read
-	held        []chunk
+	total       int64 // decompressed bytes dispatched
+	held        []*chunk
 	started     bool // the target has been changed
 	tailWritten bool
+	pz          job // pending zero range, coalesced
+	decErr      error
+	decTotal    int64
 
-	free      chan []byte
-	allocated int
-	work      chan chunk
-	wdone     chan struct{}
-	werr      error // set by the writer goroutine before wdone closes
-	written   atomic.Int64
+	free     chan []byte
+	bufs     []func() // releases of the allocated chunk buffers
+	jobs     chan job
+	written  atomic.Int64
+	stages   sync.WaitGroup
+	writers  sync.WaitGroup
+	zeroSkip atomic.Int64 // bytes of zero runs not written as data
 }
 
-// sourceCounter hashes and counts the served bytes and remembers the first
-// read error, so a failure of the source is told apart from corrupt data.
-type sourceCounter struct {
-	r   io.Reader
-	h   hash.Hash
-	n   int64
-	err error
-}
-
-func (s *sourceCounter) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	s.h.Write(p[:n])
-	s.n += int64(n)
-	if err != nil && err != io.EOF && s.err == nil {
-		s.err = err
+// fail records the first failure and stops the pipeline.
+func (w *writer) fail(err error) {
+	w.errMu.Lock()
+	if w.err == nil {
+		w.err = err
 	}
-	return n, err
+	w.errMu.Unlock()
+	w.cancel(err)
+}
+
+// firstErr returns the first recorded failure, else err.
+func (w *writer) firstErr(err error) error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	return err
 }
 
 func algoOr(c checksum) string {
@@ -170,41 +228,56 @@ func algoOr(c checksum) string {
 	return c.algo
 }
 
-func (w *writer) run(ctx context.Context) (Result, error) {
-	w.ctx, w.cancel = context.WithCancelCause(ctx)
-	defer w.cancel(nil)
+func (w *writer) run() (Result, error) {
 	log := w.o.Log
+	defer func() {
+		w.cancel(nil)
+		w.stages.Wait()
+		for _, f := range w.bufs {
+			f()
+		}
+	}()
 
 	w.sh = newHash(algoOr(w.want))
-	w.counter = &sourceCounter{r: w.src, h: w.sh}
-	br := bufio.NewReaderSize(w.counter, 1<<20)
-	peek, err := br.Peek(magicLen)
+	w.fc = startFetch(w.ctx, w.src, w.sh, &w.stages)
+	w.brd = &blockReader{fc: w.fc}
+	br := bufio.NewReaderSize(w.brd, 1<<20)
+	res := func() Result {
+		return Result{ImageSize: w.total, SourceBytes: w.fc.n.Load(), Format: w.format, Resumes: w.src.Resumes()}
+	}
+	peek, err := br.Peek(qcow2HeaderPeek)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return Result{}, classifyFetch(ctx, fmt.Errorf("read %s: %w", w.srcName, err))
+		return res(), classifyFetch(w.ctx, fmt.Errorf("read %s: %w", w.srcName, err))
 	}
 	format := DetectFormat(peek)
+	w.format = format
 	if format != FormatRaw || algoOr(w.wantImg) != algoOr(w.want) {
 		w.ih = newHash(algoOr(w.wantImg))
 	}
-	hint, from := w.sizeHint(ctx, format, peek)
-	if w.limit >= 0 && hint > w.limit {
-		return Result{}, fmt.Errorf("write %s to %s: image needs at least %d bytes (%s), target has %d: %w", w.srcName, w.name, hint, from, w.limit, ErrTargetTooSmall)
+	hint, from := w.sizeHint(format, peek)
+	if w.bmap != nil && w.bmap.ImageSize > hint {
+		hint, from = w.bmap.ImageSize, "declared in the bmap file"
 	}
-	dec, closeDec, err := decompressor(format, br)
+	if w.limit >= 0 && hint > w.limit {
+		return res(), fmt.Errorf("write %s to %s: image needs at least %d bytes (%s), target has %d: %w", w.srcName, w.name, hint, from, w.limit, ErrTargetTooSmall)
+	}
+	dec, closeDec, err := decompressor(format, br, w.o)
 	if err != nil {
-		if w.counter.err != nil {
-			return Result{}, classifyFetch(ctx, w.counter.err)
+		if e := w.brd.srcErr(); e != nil {
+			return res(), classifyFetch(w.ctx, e)
 		}
-		return Result{}, fmt.Errorf("write %s: %w", w.srcName, err)
+		return res(), fmt.Errorf("write %s: %w", w.srcName, err)
 	}
 	defer closeDec()
-	log.Info("writing image", "source", w.srcName, "target", w.name, "format", format, "size_hint", hint, "target_size", w.limit)
+	direct := w.ft != nil && w.ft.Direct()
+	log.Info("writing image", "source", w.srcName, "target", w.name, "format", format, "size_hint", hint,
+		"target_size", w.limit, "direct", direct, "fresh_target", w.fresh, "bmap", w.bmap != nil)
 
 	rep := startReporter(w.o.Progress, w.o.ProgressInterval, hint, &w.written)
-	err = w.stream(format, dec, br)
+	err = w.stream(dec, br)
 	rep.finish()
 
-	res := Result{ImageSize: w.total, SourceBytes: w.counter.n, Format: format, Resumes: w.src.Resumes()}
+	r := res()
 	if err != nil {
 		if w.started {
 			if cerr := w.invalidate(); cerr != nil {
@@ -212,11 +285,12 @@ func (w *writer) run(ctx context.Context) (Result, error) {
 			}
 		}
 		log.Error("image write failed", "source", w.srcName, "target", w.name, "err", err, "target_changed", w.started)
-		return res, err
+		return r, err
 	}
-	res.SourceDigest, res.ImageDigest = w.digests()
-	log.Info("image written", "target", w.name, "size", w.total, "source_bytes", w.counter.n, "image_digest", res.ImageDigest, "resumes", res.Resumes)
-	return res, nil
+	r.SourceDigest, r.ImageDigest = w.digests()
+	log.Info("image written", "target", w.name, "size", w.total, "source_bytes", r.SourceBytes, "image_digest", r.ImageDigest,
+		"resumes", r.Resumes, "zero_bytes_skipped", w.zeroSkip.Load(), "direct", w.ft != nil && w.ft.Direct())
+	return r, nil
 }
 
 // sizeHint returns a lower bound of the image size known before streaming,
@@ -224,10 +298,16 @@ func (w *writer) run(ctx context.Context) (Result, error) {
 // what the compressed stream's header or tail declares. A truncated gzip
 // file has a random trailer and may thus be refused as too big, before
 // anything is written.
-func (w *writer) sizeHint(ctx context.Context, f Format, peek []byte) (int64, string) {
+func (w *writer) sizeHint(f Format, peek []byte) (int64, string) {
 	size := w.src.Size()
 	if f == FormatRaw {
 		return max(size, 0), "served length"
+	}
+	if f == FormatQcow2 {
+		if h, err := parseQcow2Header(peek); err == nil {
+			return int64(h.size), "qcow2 virtual size"
+		}
+		return 0, ""
 	}
 	if h := sizeHintFromHeader(f, peek); h > 0 {
 		return h, fmt.Sprintf("declared in the %s frame header", f)
@@ -236,7 +316,7 @@ func (w *writer) sizeHint(ctx context.Context, f Format, peek []byte) (int64, st
 	if n <= 0 {
 		return 0, ""
 	}
-	tail, err := w.src.ReadRange(ctx, size-n, n)
+	tail, err := w.src.ReadRange(w.ctx, size-n, n)
 	if err != nil {
 		w.o.Log.Debug("no image size hint from the source tail", "source", w.srcName, "err", err)
 		return 0, ""
@@ -252,94 +332,67 @@ func (w *writer) digests() (src, img string) {
 	return src, digestString(algoOr(w.wantImg), w.ih)
 }
 
-// stream runs the pipeline to the end: decompress into chunks, write them
-// from a goroutine, then verify and write what was held back.
-func (w *writer) stream(format Format, dec io.Reader, br *bufio.Reader) error {
+// stream runs the pipeline to the end: decompress into chunks, hash them,
+// dispatch them to the writers, then verify and write what was held back.
+func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
 	w.head = make([]byte, HoldBack)
 	w.free = make(chan []byte, w.o.Buffers)
-	w.work = make(chan chunk, w.o.Buffers)
-	w.wdone = make(chan struct{})
-	go w.writeLoop()
-	err := w.read(format, dec, br)
-	close(w.work)
-	<-w.wdone
-	if w.werr != nil {
-		return w.werr
+	for range w.o.Buffers {
+		b, release := allocAligned(w.o.ChunkSize)
+		w.bufs = append(w.bufs, release)
+		w.free <- b
 	}
+	decOut := make(chan *chunk, 2)
+	hashOut := make(chan *chunk, 2)
+	w.stages.Go(func() { w.decodeLoop(dec, br, decOut) })
+	w.stages.Go(func() { w.hashLoop(decOut, hashOut) })
+	w.jobs = make(chan job, w.o.Writers)
+	for range w.o.Writers {
+		w.writers.Go(w.writeLoop)
+	}
+	err := w.dispatch(hashOut)
+	if err == nil {
+		err = w.flushZero()
+	}
+	close(w.jobs)
+	w.writers.Wait()
 	if err != nil {
+		w.fail(err)
+		return w.firstErr(err)
+	}
+	if err := w.firstErr(nil); err != nil {
 		return err
+	}
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
 	}
 	return w.finish()
 }
 
-// writeLoop writes the chunks it receives, in order, until the first error,
-// which it records and uses to cancel the pipeline.
-func (w *writer) writeLoop() {
-	defer close(w.wdone)
-	for c := range w.work {
-		if w.werr == nil {
-			if err := w.writeChunk(c.off, c.data, w.sparse != nil); err != nil {
-				w.werr = err
-				w.cancel(err)
-			} else {
-				w.written.Add(int64(len(c.data)))
-			}
-		}
-		w.free <- c.buf
-	}
-}
-
-// getBuf returns a free chunk buffer, allocating up to Options.Buffers.
-func (w *writer) getBuf() ([]byte, error) {
-	select {
-	case b := <-w.free:
-		return b, nil
-	default:
-	}
-	if w.allocated < w.o.Buffers {
-		w.allocated++
-		return make([]byte, w.o.ChunkSize), nil
-	}
-	select {
-	case b := <-w.free:
-		return b, nil
-	case <-w.ctx.Done():
-		return nil, context.Cause(w.ctx)
-	}
-}
-
-// read fills chunks from dec and hands all but the last one to the writer.
-// It returns nil only when dec and the source ended cleanly.
-func (w *writer) read(format Format, dec io.Reader, br *bufio.Reader) error {
+// decodeLoop fills chunks from dec and sends them on, then records how
+// the stream ended in w.decErr (nil: dec and the source ended cleanly).
+func (w *writer) decodeLoop(dec io.Reader, br *bufio.Reader, out chan<- *chunk) {
+	defer close(out)
+	var total int64
 	for {
-		if err := w.ctx.Err(); err != nil {
-			return fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
-		}
-		buf, err := w.getBuf()
-		if err != nil {
-			return fmt.Errorf("write %s: %w", w.name, err)
+		var buf []byte
+		select {
+		case buf = <-w.free:
+		case <-w.ctx.Done():
+			w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+			return
 		}
 		n, rerr := readFull(dec, buf)
 		if n > 0 {
-			data := buf[:n]
-			if w.ih != nil {
-				w.ih.Write(data)
+			c := &chunk{off: total, data: buf[:n], buf: buf, free: w.free, last: rerr == io.EOF}
+			c.refs.Store(1)
+			total += int64(n)
+			select {
+			case out <- c:
+			case <-w.ctx.Done():
+				w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+				return
 			}
-			c := chunk{off: w.total, data: data, buf: buf}
-			w.total += int64(n)
-			if w.limit >= 0 && w.total > w.limit {
-				return fmt.Errorf("write %s to %s: image exceeds the target size of %d bytes: %w", w.srcName, w.name, w.limit, ErrTargetTooSmall)
-			}
-			// Keep the newest chunk back: it may be the last. When it is
-			// the last (EOF) keep the one before too, so at least HoldBack
-			// bytes of the image end are held.
-			if len(w.held) > 0 && rerr != io.EOF {
-				if err := w.release(w.held[0]); err != nil {
-					return err
-				}
-				w.held = w.held[:0]
-			}
-			w.held = append(w.held, c)
 		} else {
 			w.free <- buf
 		}
@@ -347,28 +400,95 @@ func (w *writer) read(format Format, dec io.Reader, br *bufio.Reader) error {
 		case rerr == nil:
 			continue
 		case rerr == io.EOF:
-			return w.drain(format, br)
+			w.decErr = w.drain(br, total)
 		case w.ctx.Err() != nil:
-			return fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
-		case w.counter.err != nil:
-			return classifyFetch(w.ctx, w.counter.err)
+			w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+		case w.brd.srcErr() != nil:
+			w.decErr = classifyFetch(w.ctx, w.brd.srcErr())
+		case errors.Is(rerr, ErrUnsupportedFormat) || errors.Is(rerr, ErrCorruptSource):
+			w.decErr = fmt.Errorf("decode %s image %s at image offset %d: %w", w.format, w.srcName, total, rerr)
 		default:
-			return fmt.Errorf("decompress %s stream of %s at image offset %d: %w: %w", format, w.srcName, w.total, ErrCorruptSource, rerr)
+			w.decErr = fmt.Errorf("decompress %s stream of %s at image offset %d: %w: %w", w.format, w.srcName, total, ErrCorruptSource, rerr)
+		}
+		return
+	}
+}
+
+// hashLoop hashes the image bytes in order and checks bmap ranges, then
+// passes each chunk on.
+func (w *writer) hashLoop(in <-chan *chunk, out chan<- *chunk) {
+	defer close(out)
+	for c := range in {
+		if w.ih != nil {
+			w.ih.Write(c.data)
+		}
+		if w.bmap != nil {
+			if err := w.bmap.check(c.off, c.data); err != nil {
+				c.put()
+				w.fail(fmt.Errorf("verify %s against bmap %s: %w", w.srcName, w.o.Bmap, err))
+				return
+			}
+		}
+		select {
+		case out <- c:
+		case <-w.ctx.Done():
+			c.put()
+			return
+		}
+	}
+	if w.bmap != nil && w.decErr == nil {
+		if err := w.bmap.done(); err != nil {
+			w.fail(fmt.Errorf("verify %s against bmap %s: %w", w.srcName, w.o.Bmap, err))
 		}
 	}
 }
 
+// dispatch takes chunks in image order, holds back the first MiB and the
+// last chunk(s), and hands the rest to the writers. It returns nil only
+// when the stream ended cleanly.
+func (w *writer) dispatch(in <-chan *chunk) error {
+	for c := range in {
+		w.total = c.off + int64(len(c.data))
+		if w.limit >= 0 && w.total > w.limit {
+			c.put()
+			return fmt.Errorf("write %s to %s: image exceeds the target size of %d bytes: %w", w.srcName, w.name, w.limit, ErrTargetTooSmall)
+		}
+		// Keep the newest chunk back: it may be the last. When it is the
+		// last and shorter than HoldBack, keep the one before too, so at
+		// least the last MiB of the image (a backup GPT) is held.
+		if len(w.held) > 0 && (!c.last || len(c.data) >= HoldBack) {
+			for _, h := range w.held {
+				if err := w.release(h); err != nil {
+					return err
+				}
+			}
+			w.held = w.held[:0]
+		}
+		w.held = append(w.held, c)
+	}
+	if err := w.firstErr(nil); err != nil {
+		return err
+	}
+	if w.decErr != nil {
+		return w.decErr
+	}
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+	}
+	return nil
+}
+
 // drain reads what follows the compressed stream so the source digest
 // covers the whole served file, and checks the image is not empty.
-func (w *writer) drain(format Format, br *bufio.Reader) error {
+func (w *writer) drain(br *bufio.Reader, total int64) error {
 	n, err := io.Copy(io.Discard, br)
 	if err != nil {
-		return classifyFetch(w.ctx, fmt.Errorf("read %s after the %s stream: %w", w.srcName, format, err))
+		return classifyFetch(w.ctx, fmt.Errorf("read %s after the %s stream: %w", w.srcName, w.format, err))
 	}
 	if n > 0 {
-		w.o.Log.Warn("ignoring bytes after the compressed stream", "source", w.srcName, "format", format, "bytes", n)
+		w.o.Log.Warn("ignoring bytes after the compressed stream", "source", w.srcName, "format", w.format, "bytes", n)
 	}
-	if w.total == 0 {
+	if total == 0 {
 		return fmt.Errorf("write %s: image is empty: %w", w.srcName, ErrCorruptSource)
 	}
 	return nil
@@ -395,49 +515,179 @@ func readFull(r io.Reader, buf []byte) (int, error) {
 }
 
 // stripHead copies the part of c inside the first HoldBack bytes of the
-// image into w.head and returns the rest.
-func (w *writer) stripHead(c chunk) chunk {
-	if c.off >= HoldBack {
-		return c
+// image into w.head and returns the rest as offset and data.
+func (w *writer) stripHead(c *chunk) (int64, []byte) {
+	off, data := c.off, c.data
+	if off >= HoldBack {
+		return off, data
 	}
-	k := min(int64(HoldBack)-c.off, int64(len(c.data)))
-	copy(w.head[c.off:], c.data[:k])
-	w.headN = max(w.headN, int(c.off+k))
-	c.off += k
-	c.data = c.data[k:]
-	return c
+	k := min(int64(HoldBack)-off, int64(len(data)))
+	copy(w.head[off:], data[:k])
+	w.headN = max(w.headN, int(off+k))
+	return off + k, data[k:]
 }
 
-// release passes c, minus the held-back head, to the writer goroutine,
-// invalidating the target first if nothing was written yet.
-func (w *writer) release(c chunk) error {
-	c = w.stripHead(c)
-	if len(c.data) == 0 {
-		w.free <- c.buf
-		return nil
-	}
-	if !w.started {
+// release passes c, minus the held-back head, to the writers, invalidating
+// the target first if nothing was written yet.
+func (w *writer) release(c *chunk) error {
+	off, data := w.stripHead(c)
+	if len(data) > 0 && !w.started {
 		if err := w.prepare(); err != nil {
+			c.put()
 			return err
 		}
 	}
+	err := w.segments(off, data, c, w.send)
+	c.put()
+	return err
+}
+
+// send queues j for the writer pool.
+func (w *writer) send(j job) error {
+	if j.c != nil {
+		j.c.refs.Add(1)
+	}
 	select {
-	case w.work <- c:
+	case w.jobs <- j:
 		return nil
 	case <-w.ctx.Done():
+		if j.c != nil {
+			j.c.put()
+		}
 		return fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
 	}
 }
 
+// writeLoop runs jobs until the queue closes; after the first failure it
+// only releases buffers.
+func (w *writer) writeLoop() {
+	for j := range w.jobs {
+		if w.ctx.Err() == nil {
+			if err := w.do(j); err != nil {
+				w.fail(err)
+			}
+		}
+		if j.c != nil {
+			j.c.put()
+		}
+	}
+}
+
+// do performs one job on the target.
+func (w *writer) do(j job) error {
+	if j.data == nil {
+		if err := w.zeroRange(j.off, j.n); err != nil {
+			return err
+		}
+		w.written.Add(j.n)
+		return nil
+	}
+	if err := w.writeAt(j.off, j.data); err != nil {
+		return err
+	}
+	w.written.Add(int64(len(j.data)))
+	return nil
+}
+
+// Zero detection: the image is scanned in blocks of sparseBlock; a zero run
+// between data inside one chunk is written as data unless it is at least
+// minZeroRun long (an extra write costs more than a short copy); zero runs
+// touching chunk edges are always coalesced with their neighbours.
+const (
+	sparseBlock = 64 << 10
+	minZeroRun  = 256 << 10
+	maxZeroJob  = 1 << 30
+)
+
+// segments splits data at off into data and zero runs, passes data runs to
+// sink and coalesces zero runs into w.pz, which it flushes to sink when a
+// data run follows.
+func (w *writer) segments(off int64, data []byte, c *chunk, sink func(job) error) error {
+	n := len(data)
+	dataStart := -1
+	emitData := func(from, to int) error {
+		if err := w.flushZeroTo(sink); err != nil {
+			return err
+		}
+		return sink(job{off: off + int64(from), data: data[from:to], n: int64(to - from), c: c})
+	}
+	for i := 0; i < n; {
+		e := min(i+sparseBlock, n)
+		if !isZero(data[i:e]) {
+			if dataStart < 0 {
+				dataStart = i
+			}
+			i = e
+			continue
+		}
+		j := e
+		for j < n {
+			e2 := min(j+sparseBlock, n)
+			if !isZero(data[j:e2]) {
+				break
+			}
+			j = e2
+		}
+		if dataStart >= 0 && j < n && j-i < minZeroRun {
+			i = j
+			continue
+		}
+		if dataStart >= 0 {
+			if err := emitData(dataStart, i); err != nil {
+				return err
+			}
+			dataStart = -1
+		}
+		if err := w.addZero(off+int64(i), int64(j-i), sink); err != nil {
+			return err
+		}
+		i = j
+	}
+	if dataStart >= 0 {
+		return emitData(dataStart, n)
+	}
+	return nil
+}
+
+func (w *writer) addZero(off, n int64, sink func(job) error) error {
+	if w.pz.n > 0 && w.pz.off+w.pz.n == off && w.pz.n+n <= maxZeroJob {
+		w.pz.n += n
+		return nil
+	}
+	if err := w.flushZeroTo(sink); err != nil {
+		return err
+	}
+	w.pz = job{off: off, n: n}
+	return nil
+}
+
+func (w *writer) flushZeroTo(sink func(job) error) error {
+	if w.pz.n == 0 {
+		return nil
+	}
+	j := w.pz
+	w.pz = job{}
+	w.zeroSkip.Add(j.n)
+	if w.fresh {
+		w.written.Add(j.n)
+		return nil
+	}
+	return sink(j)
+}
+
+func (w *writer) flushZero() error { return w.flushZeroTo(w.send) }
+
 // prepare makes the target unbootable before the first write: it
-// truncates a regular file to zero length, or zeroes the first and last MiB
-// of a device (an old primary or backup GPT), and syncs.
+// truncates a regular file to zero length (whose zero runs then need no
+// writing), or zeroes the first and last MiB of a device (an old primary
+// or backup GPT), and syncs.
 func (w *writer) prepare() error {
 	w.started = true
 	if w.sparse != nil {
 		if err := w.sparse.Truncate(0); err != nil {
 			return fmt.Errorf("truncate %s: %w: %w", w.name, ErrWriteTarget, err)
 		}
+		w.fresh = true
 		return nil
 	}
 	size := w.t.Size()
@@ -479,11 +729,13 @@ func (w *writer) finish() error {
 	}
 	w.tailWritten = true
 	for _, c := range w.held {
-		c = w.stripHead(c)
-		if err := w.writeChunk(c.off, c.data, w.sparse != nil); err != nil {
+		off, data := w.stripHead(c)
+		if err := w.segments(off, data, nil, w.do); err != nil {
 			return err
 		}
-		w.written.Add(int64(len(c.data)))
+	}
+	if err := w.flushZeroTo(w.do); err != nil {
+		return err
 	}
 	if w.sparse != nil {
 		if err := w.sparse.Truncate(w.total); err != nil {
@@ -493,7 +745,7 @@ func (w *writer) finish() error {
 	if err := w.sync(); err != nil {
 		return err
 	}
-	if err := w.writeChunk(0, w.head[:w.headN], false); err != nil {
+	if err := w.writeAt(0, w.head[:w.headN]); err != nil {
 		return err
 	}
 	w.written.Add(int64(w.headN))
@@ -518,16 +770,29 @@ func (w *writer) invalidate() error {
 	return nil
 }
 
-var zeros = make([]byte, HoldBack)
+// zeros is a shared, page-aligned zero buffer for writing zeros and for
+// comparing against them.
+var zeros = func() []byte { b, _ := allocAligned(HoldBack); return b }()
 
+// zero writes zeros over [off, off+n) as data.
 func (w *writer) zero(off, n int64) error {
-	for n > 0 {
-		k := min(n, int64(len(zeros)))
-		if _, err := w.t.WriteAt(zeros[:k], off); err != nil {
-			return fmt.Errorf("zero %s at offset %d: %w: %w", w.name, off, ErrWriteTarget, err)
-		}
-		off += k
-		n -= k
+	if err := writeZeros(w.t, off, n); err != nil {
+		return fmt.Errorf("zero %s at offset %d: %w: %w", w.name, off, ErrWriteTarget, err)
+	}
+	return nil
+}
+
+// zeroRange makes [off, off+n) read as zeros the fastest way the target
+// offers.
+func (w *writer) zeroRange(off, n int64) error {
+	var err error
+	if w.zr != nil {
+		err = w.zr.ZeroRange(off, n)
+	} else {
+		err = writeZeros(w.t, off, n)
+	}
+	if err != nil {
+		return fmt.Errorf("zero %s at offset %d length %d: %w: %w", w.name, off, n, ErrWriteTarget, err)
 	}
 	return nil
 }
@@ -535,34 +800,6 @@ func (w *writer) zero(off, n int64) error {
 func (w *writer) sync() error {
 	if err := w.t.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w: %w", w.name, ErrWriteTarget, err)
-	}
-	return nil
-}
-
-// sparseBlock is the granularity at which all-zero data is skipped.
-const sparseBlock = 64 << 10
-
-// writeChunk writes data at off. With skipZeros it leaves out all-zero
-// blocks, which read back as zeros only on a target truncated beforehand.
-func (w *writer) writeChunk(off int64, data []byte, skipZeros bool) error {
-	if !skipZeros {
-		return w.writeAt(off, data)
-	}
-	for i := 0; i < len(data); {
-		for i < len(data) && isZero(data[i:min(i+sparseBlock, len(data))]) {
-			i += sparseBlock
-		}
-		j := i
-		for j < len(data) && !isZero(data[j:min(j+sparseBlock, len(data))]) {
-			j += sparseBlock
-		}
-		j = min(j, len(data))
-		if j > i {
-			if err := w.writeAt(off+int64(i), data[i:j]); err != nil {
-				return err
-			}
-		}
-		i = j
 	}
 	return nil
 }
@@ -577,7 +814,12 @@ func (w *writer) writeAt(off int64, data []byte) error {
 	return nil
 }
 
+// isZero reports whether b is all zero bytes; it rejects data by its first
+// word before comparing the rest against the shared zero buffer.
 func isZero(b []byte) bool {
+	if len(b) >= 8 && (b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7]) != 0 {
+		return false
+	}
 	for len(b) > 0 {
 		k := min(len(b), len(zeros))
 		if !bytes.Equal(b[:k], zeros[:k]) {

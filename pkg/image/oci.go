@@ -1,0 +1,3 @@
+package image
+
+func isOCI(s string) bool { return false }

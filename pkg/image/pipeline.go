@@ -1,0 +1,136 @@
+package image
+
+import (
+	"context"
+	"hash"
+	"io"
+	"sync"
+	"sync/atomic"
+)
+
+// The served bytes travel in blocks of srcBlockSize through a chain of
+// goroutines: fetch (reads the source) ▸ hash (served digest) ▸ the
+// decompressor, which reads them through a blockReader. Each stage works on
+// a different block at the same time; srcBlocks bounds the memory.
+const (
+	srcBlockSize = 1 << 20
+	srcBlocks    = 6
+)
+
+// srcBlock is one read of the source; err is set on the last one.
+type srcBlock struct {
+	buf  []byte
+	data []byte
+	err  error // io.EOF at a clean end, the source's error otherwise
+}
+
+// fetchChain starts the fetch and hash goroutines over src and returns the
+// reader the decompressor reads from. Stages stop when ctx ends.
+type fetchChain struct {
+	free   chan []byte
+	toHash chan srcBlock
+	toDec  chan srcBlock
+	n      atomic.Int64 // served bytes hashed so far
+	h      hash.Hash
+}
+
+func startFetch(ctx context.Context, src io.Reader, h hash.Hash, wg interface{ Go(func()) }) *fetchChain {
+	fc := &fetchChain{
+		free:   make(chan []byte, srcBlocks),
+		toHash: make(chan srcBlock, 2),
+		toDec:  make(chan srcBlock, srcBlocks),
+		h:      h,
+	}
+	for range srcBlocks {
+		fc.free <- make([]byte, srcBlockSize)
+	}
+	wg.Go(func() {
+		defer close(fc.toHash)
+		for {
+			var buf []byte
+			select {
+			case buf = <-fc.free:
+			case <-ctx.Done():
+				return
+			}
+			n, err := io.ReadAtLeast(src, buf, 1)
+			if err == io.ErrUnexpectedEOF {
+				err = nil
+			}
+			if n == 0 && err == nil {
+				err = io.ErrNoProgress
+			}
+			b := srcBlock{buf: buf, data: buf[:n], err: err}
+			select {
+			case fc.toHash <- b:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		defer close(fc.toDec)
+		for b := range fc.toHash {
+			fc.h.Write(b.data)
+			fc.n.Add(int64(len(b.data)))
+			select {
+			case fc.toDec <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	return fc
+}
+
+// blockReader reads the blocks of a fetchChain in order, returning each
+// buffer to the pool once consumed. err is the source's error (io.EOF at a
+// clean end) once Read returned it.
+type blockReader struct {
+	fc  *fetchChain
+	cur srcBlock
+	off int
+	mu  sync.Mutex // guards err: decoders may read from their own goroutines
+	err error
+}
+
+func (r *blockReader) Read(p []byte) (int, error) {
+	for r.off == len(r.cur.data) {
+		if r.cur.err != nil {
+			return 0, r.setErr(r.cur.err)
+		}
+		if r.cur.buf != nil {
+			r.fc.free <- r.cur.buf
+			r.cur = srcBlock{}
+		}
+		b, ok := <-r.fc.toDec
+		if !ok {
+			return 0, r.setErr(context.Canceled)
+		}
+		r.cur, r.off = b, 0
+	}
+	n := copy(p, r.cur.data[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// srcErr returns the source's failure, or nil while it has none or it
+// ended cleanly.
+func (r *blockReader) srcErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == io.EOF {
+		return nil
+	}
+	return r.err
+}
+
+func (r *blockReader) setErr(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err = err
+	return err
+}

@@ -537,9 +537,23 @@ func (w *writer) release(c *chunk) error {
 			return err
 		}
 	}
-	err := w.segments(off, data, c, w.send)
+	err := w.place(off, data, c, w.send)
 	c.put()
 	return err
+}
+
+// place passes data at off to segments, except the parts a bmap marks
+// unmapped, which become zero runs whatever they hold.
+func (w *writer) place(off int64, data []byte, c *chunk, sink func(job) error) error {
+	if w.bmap == nil {
+		return w.segments(off, data, c, sink)
+	}
+	return w.bmap.mapped(off, off+int64(len(data)), func(from, to int64, mapped bool) error {
+		if !mapped {
+			return w.addZero(from, to-from, sink)
+		}
+		return w.segments(from, data[from-off:to-off], c, sink)
+	})
 }
 
 // send queues j for the writer pool.
@@ -730,7 +744,7 @@ func (w *writer) finish() error {
 	w.tailWritten = true
 	for _, c := range w.held {
 		off, data := w.stripHead(c)
-		if err := w.segments(off, data, nil, w.do); err != nil {
+		if err := w.place(off, data, nil, w.do); err != nil {
 			return err
 		}
 	}

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Disk is one whole block device as the kernel describes it in sysfs.
@@ -79,7 +81,47 @@ type Manager struct {
 	BootDevices []string
 	// SkipPrefixes are kernel name prefixes left out of Disks entirely.
 	SkipPrefixes []string
+
+	// Open opens a device node (os.OpenFile). Tests open plain files.
+	Open func(path string, flag int) (BlockDevice, error)
+	// Ioctl issues the block-device ioctls (BLKRRPART, BLKPG, BLKDISCARD).
+	Ioctl BlockIoctl
+	// NVMe sends NVMe admin commands (NVME_IOCTL_ADMIN_CMD) for secure erase.
+	NVMe NVMeAdmin
+	// ATA sends ATA PASS-THROUGH(16) commands through SG_IO for secure erase.
+	ATA ATAPassthrough
+	// Sleep waits between retries and polls (time.Sleep).
+	Sleep func(time.Duration)
+	// Retry bounds the BLKRRPART attempts on EBUSY.
+	Retry Backoff
+	// NodeTimeout bounds the wait for partition nodes in sysfs and /dev; PollInterval spaces the checks.
+	NodeTimeout, PollInterval time.Duration
+	// Log receives what the disk operations do.
+	Log *slog.Logger
 }
+
+// Backoff is a bounded retry policy: Attempts tries, waiting Initial after
+// the first failure and doubling up to Max.
+type Backoff struct {
+	Attempts     int
+	Initial, Max time.Duration
+}
+
+// Delay returns the wait after the given failed attempt (1-based).
+func (b Backoff) Delay(attempt int) time.Duration {
+	d := b.Initial
+	for i := 1; i < attempt && d < b.Max; i++ {
+		d *= 2
+	}
+	return min(d, b.Max)
+}
+
+// Defaults of the Manager's waits.
+var (
+	DefaultRetry        = Backoff{Attempts: 6, Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+	DefaultNodeTimeout  = 10 * time.Second
+	DefaultPollInterval = 50 * time.Millisecond
+)
 
 // NewManager returns a Manager reading /sys, /dev and /proc/self/mounts.
 func NewManager() *Manager {
@@ -88,7 +130,54 @@ func NewManager() *Manager {
 		DevRoot:      "/dev",
 		MountsFile:   "/proc/self/mounts",
 		SkipPrefixes: DefaultSkipPrefixes,
+		Open:         openDevice,
+		Ioctl:        linuxIoctl{},
+		NVMe:         linuxNVMe{},
+		ATA:          linuxSGIO{},
+		Sleep:        time.Sleep,
+		Retry:        DefaultRetry,
+		NodeTimeout:  DefaultNodeTimeout,
+		PollInterval: DefaultPollInterval,
 	}
+}
+
+func openDevice(path string, flag int) (BlockDevice, error) { return os.OpenFile(path, flag, 0) }
+
+// BlockDevice is an open disk: *os.File for a device node or an image file.
+type BlockDevice interface {
+	DeviceFile
+	Sync() error
+	Close() error
+}
+
+// The Manager's seams with their defaults, for a Manager built as a literal.
+func (m *Manager) open(path string, flag int) (BlockDevice, error) {
+	if m.Open != nil {
+		return m.Open(path, flag)
+	}
+	return openDevice(path, flag)
+}
+
+func (m *Manager) sleep(d time.Duration) {
+	if m.Sleep != nil {
+		m.Sleep(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+func (m *Manager) log() *slog.Logger {
+	if m.Log != nil {
+		return m.Log
+	}
+	return slog.Default().With("component", "disk")
+}
+
+func (m *Manager) ioctl() BlockIoctl {
+	if m.Ioctl != nil {
+		return m.Ioctl
+	}
+	return linuxIoctl{}
 }
 
 // Disks lists whole disks found in SysRoot/block, sorted by name. Devices

@@ -51,8 +51,12 @@ e2e: initramfs demo-image ## QEMU end-to-end tests (KVM when available, TCG othe
 
 test: $(DEPS) vet unit e2e ## everything CI runs: vet, unit tests, end-to-end tests
 
-bench: ## write-path benchmarks
-	go test -run '^$$' -bench . -benchmem ./pkg/image/...
+bench: build bench-image ## out/bench/report.md: booty write-image vs curl|zstd|dd and bmaptool, with floors (root; docs/bench.md)
+	go run ./hack/bench --booty $(OUT)/booty --out $(OUT)/bench $(BENCHFLAGS)
+
+.PHONY: bench-image
+bench-image: ## the bench images (4 GiB sparse GPT, 1 GiB dense), built once, cached in BOOTY_CACHE (default /var/cache/booty)
+	bash hack/mkbenchimage.sh
 
 clean:
 	rm -rf $(OUT)

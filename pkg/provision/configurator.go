@@ -541,7 +541,7 @@ func copyTree(src string, dst targetFS) (int, error) {
 				if _, err := dst.mkdirAll(rel, mode.Perm()); err != nil {
 					return err
 				}
-				if err := dst.chmodOwn(rel, info); err != nil {
+				if err := dst.chmodOwn(rel, info, true); err != nil {
 					return err
 				}
 			}
@@ -558,7 +558,7 @@ func copyTree(src string, dst targetFS) (int, error) {
 			if err != nil {
 				return err
 			}
-			if err := dst.chmodOwn(rel, info); err != nil {
+			if err := dst.chmodOwn(rel, info, false); err != nil {
 				return err
 			}
 		case mode&fs.ModeSymlink != 0:

@@ -271,9 +271,9 @@ func orDot(rel string) string {
 }
 
 // chmodOwn gives p the mode bits of info and, when the agent runs as
-// root, its owner and group.
-func (t targetFS) chmodOwn(p string, info fs.FileInfo) error {
-	rel, err := t.resolve(p, false)
+// root, its owner and group; a final symlink is followed with follow.
+func (t targetFS) chmodOwn(p string, info fs.FileInfo, follow bool) error {
+	rel, err := t.resolve(p, follow)
 	if err != nil {
 		return err
 	}

@@ -1,3 +1,269 @@
 package image
 
-func isOCI(s string) bool { return false }
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// OCI media types Write accepts for the manifest of an oci:// source.
+const (
+	MediaTypeOCIManifest    = "application/vnd.oci.image.manifest.v1+json"
+	MediaTypeOCIArtifact    = "application/vnd.oci.artifact.manifest.v1+json"
+	MediaTypeDockerManifest = "application/vnd.docker.distribution.manifest.v2+json"
+
+	// AnnotationDiskImage marks the layer that holds the disk image when
+	// an artifact has several ("true").
+	AnnotationDiskImage = "dev.booty.disk-image"
+)
+
+const maxManifestSize = 4 << 20
+
+func isOCI(s string) bool {
+	return strings.HasPrefix(s, "oci://") || strings.HasPrefix(s, "oci+http://")
+}
+
+// ociDescriptor is a content descriptor of a manifest.
+type ociDescriptor struct {
+	MediaType   string            `json:"mediaType"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+type ociManifest struct {
+	MediaType string          `json:"mediaType"`
+	Layers    []ociDescriptor `json:"layers"` // image manifest, Docker v2
+	Blobs     []ociDescriptor `json:"blobs"`  // artifact manifest
+}
+
+// registry talks to one repository of an OCI distribution registry,
+// answering a Bearer challenge (realm, service, scope) once per request
+// with a token from the realm, fetched anonymously or with
+// Options.OCIUsername/OCIPassword; Options.OCIToken is sent as is.
+type registry struct {
+	o      *Options
+	client *http.Client
+	base   string // scheme://host
+	repo   string
+	token  string
+}
+
+// openOCI resolves oci://REGISTRY/REPO@sha256:HEX: it fetches the
+// manifest, checks it hashes to the reference's digest, picks the disk
+// image layer (the only one, or the one marked by AnnotationDiskImage or a
+// media type naming a disk image) and opens its blob as a resumable HTTP
+// source whose Digest is the layer digest.
+func openOCI(ctx context.Context, o *Options, u *url.URL) (source, error) {
+	name := u.Host + u.Path
+	repo, ref, ok := strings.Cut(strings.TrimPrefix(u.Path, "/"), "@")
+	if !ok || repo == "" || u.Host == "" {
+		return nil, fmt.Errorf("open OCI source %s: want oci://REGISTRY/REPO@sha256:HEX: %w", name, ErrBadSource)
+	}
+	want, err := parseChecksum(ref)
+	if err != nil || want.algo != "sha256" {
+		return nil, fmt.Errorf("open OCI source %s: reference must pin a sha256 manifest digest: %w", name, ErrBadSource)
+	}
+	c, err := httpClient(o)
+	if err != nil {
+		return nil, err
+	}
+	scheme := "https"
+	if u.Scheme == "oci+http" {
+		scheme = "http"
+	}
+	r := &registry{o: o, client: c, base: scheme + "://" + u.Host, repo: repo, token: o.OCIToken}
+
+	body, err := r.get(ctx, "/v2/"+repo+"/manifests/"+ref,
+		strings.Join([]string{MediaTypeOCIManifest, MediaTypeOCIArtifact, MediaTypeDockerManifest}, ", "))
+	if err != nil {
+		return nil, fmt.Errorf("fetch manifest of %s: %w", name, err)
+	}
+	if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != hex.EncodeToString(want.sum) {
+		return nil, fmt.Errorf("verify manifest of %s: it has sha256:%x: %w", name, sum, ErrChecksumMismatch)
+	}
+	layer, err := pickLayer(body)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest of %s: %w", name, err)
+	}
+	digest, err := parseChecksum(layer.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest of %s: layer digest %q: %w", name, layer.Digest, ErrBadSource)
+	}
+	o.Log.Info("OCI disk image layer", "source", name, "media_type", layer.MediaType, "digest", layer.Digest, "size", layer.Size)
+
+	bu, err := url.Parse(r.base + "/v2/" + repo + "/blobs/" + layer.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("open blob of %s: %w: %w", name, ErrBadSource, err)
+	}
+	// A blob is content-addressed: the digest guards a resume, and the
+	// bearer token must come along (Go drops it on redirects to other hosts).
+	s := &httpSource{ctx: ctx, o: o, client: c, u: bu, name: name + " blob " + layer.Digest, log: o.Log, size: -1,
+		digest: digest, header: r.authHeader()}
+	s, err = startHTTP(s)
+	if err != nil {
+		return nil, err
+	}
+	if layer.Size > 0 && s.size >= 0 && s.size != layer.Size {
+		s.Close()
+		return nil, fmt.Errorf("fetch %s: blob is %d bytes, the manifest says %d: %w", s.name, s.size, layer.Size, ErrSourceChanged)
+	}
+	return s, nil
+}
+
+// pickLayer returns the disk image layer of a manifest.
+func pickLayer(body []byte) (ociDescriptor, error) {
+	var m ociManifest
+	if err := json.Unmarshal(body, &m); err != nil {
+		return ociDescriptor{}, fmt.Errorf("%w: %w", ErrBadSource, err)
+	}
+	layers := append(m.Layers, m.Blobs...)
+	switch len(layers) {
+	case 0:
+		return ociDescriptor{}, fmt.Errorf("manifest (%s) has no layers: %w", m.MediaType, ErrBadSource)
+	case 1:
+		return layers[0], nil
+	}
+	var marked []ociDescriptor
+	for _, l := range layers {
+		mt := strings.ToLower(l.MediaType)
+		if l.Annotations[AnnotationDiskImage] == "true" || strings.Contains(mt, "disk") {
+			marked = append(marked, l)
+		}
+	}
+	if len(marked) != 1 {
+		return ociDescriptor{}, fmt.Errorf("manifest has %d layers and %d marked as the disk image (annotation %s=true or a media type naming a disk): %w",
+			len(layers), len(marked), AnnotationDiskImage, ErrBadSource)
+	}
+	return marked[0], nil
+}
+
+func (r *registry) authHeader() http.Header {
+	h := http.Header{}
+	if r.token != "" {
+		h.Set("Authorization", "Bearer "+r.token)
+	}
+	return h
+}
+
+// get fetches a small document, answering one Bearer challenge.
+func (r *registry) get(ctx context.Context, path, accept string) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+path, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadSource, err)
+		}
+		req.Header = r.authHeader()
+		req.Header.Set("Accept", accept)
+		resp, err := r.client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode == http.StatusUnauthorized && attempt == 0 {
+			chal := resp.Header.Get("WWW-Authenticate")
+			resp.Body.Close()
+			if err := r.authorize(ctx, chal); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, &statusError{name: r.base + path, code: resp.StatusCode, msg: http.StatusText(resp.StatusCode)}
+		}
+		return readLimited(resp.Body, maxManifestSize)
+	}
+}
+
+// authorize answers a "Bearer realm=...,service=...,scope=..." challenge
+// by fetching a token from the realm.
+func (r *registry) authorize(ctx context.Context, challenge string) error {
+	scheme, params, _ := strings.Cut(challenge, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return fmt.Errorf("registry %s wants %q authentication, only Bearer is supported: %w", r.base, scheme, ErrBadSource)
+	}
+	p := parseChallenge(params)
+	realm, err := url.Parse(p["realm"])
+	if err != nil || p["realm"] == "" || (realm.Scheme != "https" && realm.Scheme != "http") {
+		return fmt.Errorf("registry %s: bad token realm %q: %w", r.base, p["realm"], ErrBadSource)
+	}
+	q := realm.Query()
+	if v := p["service"]; v != "" {
+		q.Set("service", v)
+	}
+	scope := p["scope"]
+	if scope == "" {
+		scope = "repository:" + r.repo + ":pull"
+	}
+	q.Set("scope", scope)
+	realm.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, realm.String(), nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadSource, err)
+	}
+	if r.o.OCIUsername != "" || r.o.OCIPassword != "" {
+		req.SetBasicAuth(r.o.OCIUsername, r.o.OCIPassword)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetch registry token from %s: %w", redactURL(realm), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch registry token from %s: %w", redactURL(realm), &statusError{name: redactURL(realm), code: resp.StatusCode, msg: http.StatusText(resp.StatusCode)})
+	}
+	var tok struct {
+		Token       string `json:"token"`
+		AccessToken string `json:"access_token"`
+	}
+	body, err := readLimited(resp.Body, 1<<20)
+	if err == nil {
+		err = json.Unmarshal(body, &tok)
+	}
+	if err != nil {
+		return fmt.Errorf("read registry token from %s: %w", redactURL(realm), err)
+	}
+	r.token = tok.Token
+	if r.token == "" {
+		r.token = tok.AccessToken
+	}
+	if r.token == "" {
+		return fmt.Errorf("registry token endpoint %s returned no token: %w", redactURL(realm), ErrFetch)
+	}
+	return nil
+}
+
+// parseChallenge parses `k="v",k2="v2"` parameters of WWW-Authenticate.
+func parseChallenge(s string) map[string]string {
+	m := map[string]string{}
+	for s = strings.TrimSpace(s); s != ""; {
+		k, rest, ok := strings.Cut(s, "=")
+		if !ok {
+			break
+		}
+		k = strings.ToLower(strings.TrimSpace(k))
+		var v string
+		if strings.HasPrefix(rest, `"`) {
+			end := strings.Index(rest[1:], `"`)
+			if end < 0 {
+				v, rest = rest[1:], ""
+			} else {
+				v, rest = rest[1:1+end], rest[2+end:]
+			}
+		} else {
+			v, rest, _ = strings.Cut(rest, ",")
+			rest = "," + rest
+		}
+		m[k] = v
+		s = strings.TrimLeft(rest, ", ")
+	}
+	return m
+}
+
+var _ io.Reader = (*httpSource)(nil)

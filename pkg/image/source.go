@@ -38,6 +38,8 @@ func openSource(ctx context.Context, o *Options) (source, error) {
 		switch strings.ToLower(u.Scheme) {
 		case "http", "https":
 			return openHTTP(ctx, o, u)
+		case "oci", "oci+http":
+			return openOCI(ctx, o, u)
 		case "file":
 			if u.Host != "" && u.Host != "localhost" {
 				return nil, fmt.Errorf("open source %s: file URL with host %q: %w", o.Source, u.Host, ErrBadSource)
@@ -46,7 +48,7 @@ func openSource(ctx context.Context, o *Options) (source, error) {
 		case "":
 		default:
 			if len(u.Scheme) > 1 { // "C:" style paths do not exist here; a one-letter scheme is a path
-				return nil, fmt.Errorf("open source %s: scheme %q not supported (http, https, file): %w", redactURL(u), u.Scheme, ErrBadSource)
+				return nil, fmt.Errorf("open source %s: scheme %q not supported (http, https, file, oci): %w", redactURL(u), u.Scheme, ErrBadSource)
 			}
 		}
 	}
@@ -169,7 +171,11 @@ func openHTTP(ctx context.Context, o *Options, u *url.URL) (*httpSource, error) 
 	if err != nil {
 		return nil, err
 	}
-	s := &httpSource{ctx: ctx, o: o, client: c, u: u, name: redactURL(u), log: o.Log, size: -1}
+	return startHTTP(&httpSource{ctx: ctx, o: o, client: c, u: u, name: redactURL(u), log: o.Log, size: -1})
+}
+
+// startHTTP makes the first request of s, retrying as Read does.
+func startHTTP(s *httpSource) (*httpSource, error) {
 	for {
 		err := s.connect()
 		if err == nil {

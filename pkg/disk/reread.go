@@ -46,7 +46,9 @@ func PartitionName(disk string, n int) string {
 // RereadPartitions makes the kernel see the partition table now on dev
 // ("/dev/vda" or "vda"). It opens the device read-only and issues
 // BLKRRPART; EBUSY (a partition is in use) is retried with m.Retry's bounded
-// backoff. When the disk stays busy it falls back to BLKPG per partition:
+// backoff. When the disk stays busy, or when after BLKRRPART sysfs does not
+// list exactly the table's partitions (a kernel without that table's
+// parser), it updates the kernel per partition with BLKPG:
 // partitions the kernel lacks are added, ones whose size changed are
 // resized, ones that moved or vanished are deleted (and re-added); a busy
 // partition that would have to move is an error. Then it waits up to
@@ -89,6 +91,14 @@ func (m *Manager) RereadPartitions(dev string) error {
 	}
 	switch {
 	case err == nil:
+		// A kernel without the table's parser (CONFIG_EFI_PARTITION unset)
+		// rescans and finds nothing; bring its view in line with BLKPG.
+		if !m.kernelMatches(name, pt) {
+			log.Warn("kernel partitions differ from the table after BLKRRPART, updating them with BLKPG")
+			if err := m.updatePartitions(f, name, pt); err != nil {
+				return fmt.Errorf("reread partitions of %s: BLKPG after BLKRRPART: %w", path, err)
+			}
+		}
 	case errors.Is(err, syscall.EBUSY):
 		log.Warn("disk busy after retries, updating partitions one by one with BLKPG", "attempts", retry.Attempts)
 		if err := m.updatePartitions(f, name, pt); err != nil {
@@ -129,6 +139,20 @@ func (m *Manager) kernelPartitions(disk string) map[int]kernelPartition {
 		out[int(n)] = kernelPartition{name: e.Name(), start: start * 512, size: size * 512}
 	}
 	return out
+}
+
+// kernelMatches reports whether sysfs lists exactly pt's partitions.
+func (m *Manager) kernelMatches(disk string, pt *PartitionTable) bool {
+	have := m.kernelPartitions(disk)
+	if len(have) != len(pt.Partitions) {
+		return false
+	}
+	for _, p := range pt.Partitions {
+		if k, ok := have[p.Number]; !ok || k.start != p.Start || k.size != p.Size {
+			return false
+		}
+	}
+	return true
 }
 
 // updatePartitions brings the kernel's partitions in line with pt by BLKPG.

@@ -14,7 +14,7 @@ DEMO     := $(OUT)/demo
 # installed). Set DEPS= to skip it, e.g. in the Dockerfile.
 DEPS     ?= deps
 
-.PHONY: help deps build initramfs demo-image demo test vet unit e2e bench clean
+.PHONY: help deps build initramfs iso demo-image demo test vet unit e2e bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -31,6 +31,9 @@ initramfs: $(DEPS) build ## out/vmlinuz and out/initramfs.img (booty as /init, m
 	@test -n "$(KVER)" || { echo "no kernel in /boot: run 'make deps' (installs linux-image-amd64) or set KVER" >&2; exit 1; }
 	go run ./initramfs --kernel-version $(KVER) --booty $(OUT)/booty \
 		--out $(OUT)/initramfs.img --kernel-out $(OUT)/vmlinuz
+
+iso: initramfs ## out/booty.iso: BIOS+UEFI bootable ISO of the agent (virtual media)
+	bash hack/mkiso.sh $(OUT)/vmlinuz $(OUT)/initramfs.img $(OUT)/booty.iso
 
 demo-image: $(DEPS) ## the small GPT demo image in out/demo (raw, zst, gz, xz, SHA256SUMS)
 	bash hack/mkdemoimage.sh $(DEMO)

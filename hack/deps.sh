@@ -12,6 +12,7 @@ PKGS=(
   zstd xz-utils gzip bzip2 lz4 cpio
   debootstrap lvm2                # the bootable Debian test image; LVM root tests
   bmap-tools time                 # make bench: bmaptool anchor, peak RSS
+  grub-common grub-efi-amd64-bin grub-pc-bin xorriso # make iso (virtual media)
 )
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

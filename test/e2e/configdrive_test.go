@@ -35,24 +35,7 @@ func TestConfigDrive(t *testing.T) {
 	cfg.Disk.Hints = config.RootDeviceHints{"tran": "virtio"}
 	cfg.Server.URL = lab.GuestURL()
 	cfg.Server.Token = "config-drive-token"
-	data, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	yml := filepath.Join(dir, "booty.yaml")
-	if err := os.WriteFile(yml, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	drive := filepath.Join(dir, "config.img")
-	for _, c := range [][]string{
-		{"mkfs.vfat", "-C", "-n", "BOOTY", drive, "2048"},
-		{"mcopy", "-i", drive, yml, "::booty.yaml"},
-	} {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", c, err, out)
-		}
-	}
+	drive := makeConfigDrive(t, cfg)
 	before, err := os.ReadFile(drive)
 	if err != nil {
 		t.Fatal(err)
@@ -86,4 +69,29 @@ func TestConfigDrive(t *testing.T) {
 	if !strings.Contains(m.VM().ConsoleText(), `msg="config loaded" provider="config drive`) {
 		t.Error("console does not say the config came from the config drive")
 	}
+}
+
+// makeConfigDrive writes cfg as booty.yaml onto a new 2 MiB FAT image
+// labelled BOOTY and returns its path.
+func makeConfigDrive(t *testing.T, cfg *config.MachineConfig) string {
+	t.Helper()
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	yml := filepath.Join(dir, "booty.yaml")
+	if err := os.WriteFile(yml, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	drive := filepath.Join(dir, "config.img")
+	for _, c := range [][]string{
+		{"mkfs.vfat", "-C", "-n", "BOOTY", drive, "2048"},
+		{"mcopy", "-i", drive, yml, "::booty.yaml"},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	return drive
 }

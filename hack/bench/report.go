@@ -265,22 +265,24 @@ func (r *report) markdown() string {
 			dec = "Go decode + sha256"
 		}
 		p("A pipelined writer can at best take as long as its slowest stage: floor = max(%s, data write). Data write is `dd conv=sparse oflag=direct` of the raw image onto the discarded target (the image's data blocks only); all-bytes write is the same without conv=sparse, for comparison.\n\n", dec)
-		p("| image | source | booty s | %s s | data write s | all-bytes write s | floor s | booty ÷ floor |\n|---|---|--:|--:|--:|--:|--:|--:|\n", dec)
+		p("| image | source | writer | writer s | %s s | data write s | all-bytes write s | floor s | writer ÷ floor |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n", dec)
 		for _, im := range r.Images {
 			for _, src := range []string{"zst", "gz"} {
-				bt := r.find(im.Name, "booty", src)
-				name := "Go " + map[string]string{"zst": "zstd", "gz": "gzip"}[src]
-				if hash {
-					name += " + sha256"
+				for _, v := range r.bootyVariants() {
+					bt := r.find(im.Name, v, src)
+					name := "Go " + map[string]string{"zst": "zstd", "gz": "gzip"}[src]
+					if hash {
+						name += " + sha256"
+					}
+					d := r.find(im.Name, name, src)
+					w := r.find(im.Name, "dd raw, data only", "raw")
+					all := r.find(im.Name, "dd raw, all bytes", "raw")
+					if bt == nil || d == nil || w == nil || all == nil {
+						continue
+					}
+					floor := max(d.Median, w.Median)
+					p("| %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", im.Name, src, v, secs(bt.Median), secs(d.Median), secs(w.Median), secs(all.Median), secs(floor), bt.Median/floor)
 				}
-				d := r.find(im.Name, name, src)
-				w := r.find(im.Name, "dd raw, data only", "raw")
-				all := r.find(im.Name, "dd raw, all bytes", "raw")
-				if bt == nil || d == nil || w == nil || all == nil {
-					continue
-				}
-				floor := max(d.Median, w.Median)
-				p("| %s | %s | %s | %s | %s | %s | %s | %.2f |\n", im.Name, src, secs(bt.Median), secs(d.Median), secs(w.Median), secs(all.Median), secs(floor), bt.Median/floor)
 			}
 		}
 		p("\n")

@@ -20,11 +20,11 @@ func maliciousRoot(t *testing.T) (root, outside string) {
 		}
 	}
 	links := map[string]string{
-		"etc/evil-abs":     outside,                   // absolute, host path
-		"etc/evil-rel":     "../../outside",           // relative, climbing out
+		"etc/evil-abs":     outside,                    // absolute, host path
+		"etc/evil-rel":     "../../outside",            // relative, climbing out
 		"etc/evil-deep":    "../../../../../../../../", // climbing far
-		"etc/cron.d/job":   outside + "/job",          // final component
-		"etc/localtime":    "/usr/share/zoneinfo/UTC", // legitimate absolute link
+		"etc/cron.d/job":   outside + "/job",           // final component
+		"etc/localtime":    "/usr/share/zoneinfo/UTC",  // legitimate absolute link
 		"etc/loop":         "loop",
 		"etc/systemd-link": "/etc/evil-rel/systemd",
 	}

@@ -57,6 +57,10 @@ type MachineConfig struct {
 	Mellanox MellanoxSpec `json:"mellanox,omitzero"`
 	// Handoff is kexec (default), reboot or poweroff.
 	Handoff string `json:"handoff,omitempty"`
+	// EFIBootEntry makes the installed OS the first UEFI boot entry, pointing
+	// at the loader on its ESP; default true on machines booted with UEFI.
+	// Set it false for images that are not bootable operating systems.
+	EFIBootEntry *bool `json:"efiBootEntry,omitempty"`
 	// OnFailure is what happens when a step fails.
 	OnFailure FailureSpec `json:"onFailure,omitzero"`
 	// Server is the bootyd instance that receives status, progress and logs.
@@ -162,6 +166,12 @@ const (
 	DefaultFailureAction = FailureReboot
 	DefaultFailureDelay  = 30 * time.Second
 )
+
+// WantEFIBootEntry reports whether an EFI boot entry should be created on
+// a UEFI machine: EFIBootEntry, defaulting to true.
+func (c *MachineConfig) WantEFIBootEntry() bool {
+	return c.EFIBootEntry == nil || *c.EFIBootEntry
+}
 
 // Duration is a time.Duration written as a Go duration string ("30s", "5m").
 type Duration struct{ time.Duration }

@@ -39,6 +39,10 @@ func (c *MachineConfig) Clone() *MachineConfig {
 	r.DNS.Search = slices.Clone(c.DNS.Search)
 	r.Network.DNS = slices.Clone(c.Network.DNS)
 	r.Kubelet.NodeLabels = maps.Clone(c.Kubelet.NodeLabels)
+	if c.EFIBootEntry != nil {
+		v := *c.EFIBootEntry
+		r.EFIBootEntry = &v
+	}
 	if c.Disk.Hints != nil {
 		r.Disk.Hints = make(RootDeviceHints, len(c.Disk.Hints))
 		for k, v := range c.Disk.Hints {

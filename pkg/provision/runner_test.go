@@ -64,7 +64,7 @@ func buildStatic(t *testing.T, dir, out string) {
 	}
 	cmd := exec.Command(goBin, "build", "-o", out, ".")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GO111MODULE=off")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GO111MODULE=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", dir, err, b)
 	}

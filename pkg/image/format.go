@@ -105,7 +105,7 @@ func decompressor(f Format, r io.Reader, o *Options) (io.Reader, func(), error) 
 		if err != nil {
 			return nil, nil, err
 		}
-		return qr, nop, nil
+		return qr, nop, nil // errors from Read wrap ErrCorruptSource or ErrUnsupportedFormat
 	default:
 		return nil, nil, fmt.Errorf("image format %s: %w", f, ErrUnsupportedFormat)
 	}

@@ -192,6 +192,11 @@ type Result struct {
 	Format Format
 	// Resumes counts how often an HTTP download was resumed.
 	Resumes int
+	// ZeroBytes counts image bytes in zero runs (and bmap-unmapped
+	// ranges) that were zeroed or skipped instead of written as data.
+	ZeroBytes int64
+	// Direct tells whether O_DIRECT writes were in use at the end.
+	Direct bool
 	// Duration is the wall time of Write.
 	Duration time.Duration
 }

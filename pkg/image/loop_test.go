@@ -13,14 +13,14 @@ import (
 )
 
 // loopDevice attaches backing to a free loop device for the test.
-func loopDevice(t *testing.T, backing []byte) string {
+func loopDevice(t *testing.T, backing []byte, extra ...string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: loop devices need root")
 	}
 	needTool(t, "losetup")
 	p := writeFile(t, "backing.img", backing)
-	out, err := exec.Command("losetup", "--find", "--show", p).CombinedOutput()
+	out, err := exec.Command("losetup", append(append([]string{"--find", "--show"}, extra...), p)...).CombinedOutput()
 	if err != nil {
 		t.Skipf("SKIP: losetup --find --show: %v: %s", err, out)
 	}
@@ -85,4 +85,39 @@ func TestWriteLoopDevice(t *testing.T) {
 			t.Error("device changed although it was refused before writing")
 		}
 	})
+}
+
+// TestWriteLoopDeviceFast writes a sparse image onto a loop device with
+// direct I/O that holds old non-zero data: the data goes through O_DIRECT,
+// the zero runs are zeroed with BLKZEROOUT instead of written, and the
+// device reads back as the image. With FreshTarget the zero runs are left
+// alone, which a device that really was wiped reads as zeros too.
+func TestWriteLoopDeviceFast(t *testing.T) {
+	img := gptImage(t, 48*mib, false, 33)
+	zst := compress(t, FormatZstd, img)
+	src := writeFile(t, "image.zst", zst)
+	for _, tt := range []struct {
+		name  string
+		fill  byte
+		fresh bool
+	}{{"old data, BLKZEROOUT", 0xaa, false}, {"fresh target", 0, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			dev := loopDevice(t, bytes.Repeat([]byte{tt.fill}, 64*mib), "--direct-io=on")
+			res, err := Write(context.Background(), Options{Source: src, Checksum: sha(zst), Target: dev, FreshTarget: tt.fresh, Log: testLog(t)})
+			if err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			got := readFile(t, dev)
+			if !bytes.Equal(got[:len(img)], img) {
+				t.Fatal("device does not hold the image")
+			}
+			if !res.Direct {
+				t.Error("O_DIRECT was not used on a block device")
+			}
+			if res.ZeroBytes < 30*mib {
+				t.Errorf("ZeroBytes = %d, want most of the sparse image", res.ZeroBytes)
+			}
+			t.Logf("result %+v", res)
+		})
+	}
 }

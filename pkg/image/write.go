@@ -288,6 +288,7 @@ func (w *writer) run() (Result, error) {
 		return r, err
 	}
 	r.SourceDigest, r.ImageDigest = w.digests()
+	r.ZeroBytes, r.Direct = w.zeroSkip.Load(), w.ft != nil && w.ft.Direct()
 	log.Info("image written", "target", w.name, "size", w.total, "source_bytes", r.SourceBytes, "image_digest", r.ImageDigest,
 		"resumes", r.Resumes, "zero_bytes_skipped", w.zeroSkip.Load(), "direct", w.ft != nil && w.ft.Direct())
 	return r, nil

@@ -56,7 +56,7 @@ func TestWriteRoundTrip(t *testing.T) {
 				t.Errorf("sgdisk -v on the written image:\n%s", out)
 			}
 			want := Result{ImageSize: int64(len(img)), SourceBytes: int64(len(comp)), SourceDigest: sha(comp), ImageDigest: sha(img), Format: tt.f}
-			res.Duration = 0
+			res.Duration, res.ZeroBytes, res.Direct = 0, 0, false
 			if res != want {
 				t.Errorf("Result = %+v, want %+v", res, want)
 			}
@@ -282,8 +282,8 @@ func TestWriteErrorInjected(t *testing.T) {
 			mem := newMemTarget(16*mib, 0)
 			mem.fail = tt.fail
 			_, err := Write(context.Background(), Options{Source: src, ImageChecksum: sha(img), Target: "mem", TargetWriter: mem, Log: testLog(t)})
-			if !errors.Is(err, ErrWriteTarget) || !errors.Is(err, errInjected) {
-				t.Fatalf("Write = %v, want ErrWriteTarget wrapping the injected error", err)
+			if !errors.Is(err, ErrWriteTarget) || !errors.Is(err, errInjected) || !strings.Contains(err.Error(), "at offset ") {
+				t.Fatalf("Write = %v, want ErrWriteTarget naming the offset and wrapping the injected error", err)
 			}
 			assertInvalidated(t, mem.buf, int64(len(img)))
 			if end := mem.buf[len(img)-mib : len(img)]; !isZero(end) {

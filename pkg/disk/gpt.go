@@ -56,14 +56,33 @@ type PartitionTable struct {
 	// BackupHeaderOffset and BackupEntriesOffset locate the GPT backup in bytes (0 for dos).
 	BackupHeaderOffset  int64 `json:"backupHeaderOffset,omitempty"`
 	BackupEntriesOffset int64 `json:"backupEntriesOffset,omitempty"`
+	// FromBackup is true when the primary GPT was missing or damaged and
+	// the table was read from the backup at the end of the disk.
+	FromBackup bool `json:"fromBackup,omitempty"`
 }
 
-// ReadPartitionTable reads the primary GPT (validating its CRCs) or, when
-// there is none, the four primary MBR entries (logical partitions are not
+// ReadPartitionTable reads the primary GPT (validating its CRCs); when it
+// is missing or damaged, the backup GPT in the disk's last sector
+// (FromBackup); when there is no GPT at all, the four primary MBR entries (logical partitions are not
 // listed). Errors: ErrBadGPT for a GPT that fails validation; ErrNoGPT
 // wrapped when neither a GPT nor an MBR signature is present.
 func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) {
+	mbr := make([]byte, 512)
+	if _, err := r.ReadAt(mbr, 0); err != nil {
+		return nil, fmt.Errorf("read MBR: %w", err)
+	}
 	g, err := readGPT(r, diskSize, 0)
+	if err != nil && !isDOSTable(mbr) {
+		if bg, berr := readBackupGPT(r, diskSize); berr == nil {
+			pt := &PartitionTable{Kind: "gpt", SectorSize: bg.ss, FromBackup: true,
+				BackupHeaderOffset: int64(bg.myLBA) * bg.ss, BackupEntriesOffset: int64(bg.entriesLBA) * bg.ss}
+			for _, p := range bg.parts {
+				pt.Partitions = append(pt.Partitions, Partition{Number: p.number, Start: int64(p.first) * bg.ss,
+					Size: int64(p.last-p.first+1) * bg.ss, Type: p.typ, Name: p.name})
+			}
+			return pt, nil
+		}
+	}
 	if err == nil {
 		pt := &PartitionTable{Kind: "gpt", SectorSize: g.ss,
 			BackupHeaderOffset: int64(g.altLBA) * g.ss}
@@ -82,10 +101,6 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 	if !errors.Is(err, ErrNoGPT) {
 		return nil, err
 	}
-	mbr := make([]byte, 512)
-	if _, err := r.ReadAt(mbr, 0); err != nil {
-		return nil, fmt.Errorf("read MBR: %w", err)
-	}
 	if mbr[510] != 0x55 || mbr[511] != 0xaa {
 		return nil, fmt.Errorf("read partition table: %w and no MBR signature", ErrNoGPT)
 	}
@@ -102,6 +117,21 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 			Type: fmt.Sprintf("0x%02x", typ)})
 	}
 	return pt, nil
+}
+
+// isDOSTable reports whether sector 0 is an MBR with a partition that is
+// not GPT's protective 0xEE entry; then a stale backup GPT is ignored, as
+// the kernel ignores a GPT without a protective MBR.
+func isDOSTable(mbr []byte) bool {
+	if mbr[510] != 0x55 || mbr[511] != 0xaa {
+		return false
+	}
+	for i := range 4 {
+		if t := mbr[446+16*i+4]; t != 0 && t != 0xee {
+			return true
+		}
+	}
+	return false
 }
 
 type gptPart struct {
@@ -173,6 +203,15 @@ func readGPT(r io.ReaderAt, diskSize int64, ss int64) (*gpt, error) {
 	if c := crc32.ChecksumIEEE(g.entries); c != h.entriesCRC {
 		return nil, fmt.Errorf("%w: entry array CRC %08x, header says %08x", ErrBadGPT, c, h.entriesCRC)
 	}
+	if err := g.parseEntries(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// parseEntries fills g.parts from g.entries, checking each range.
+func (g *gpt) parseEntries() error {
+	h := &g.gptHeader
 	for i := range int(h.numEntries) {
 		e := g.entries[i*int(h.entrySize):]
 		typ := formatGUID(e[0:16])
@@ -182,11 +221,41 @@ func readGPT(r io.ReaderAt, diskSize int64, ss int64) (*gpt, error) {
 		p := gptPart{index: i, number: i + 1, typ: typ, guid: formatGUID(e[16:32]),
 			first: binary.LittleEndian.Uint64(e[32:]), last: binary.LittleEndian.Uint64(e[40:]), name: decodeName(e[56:128])}
 		if p.first > p.last || p.first < h.firstUsable || p.last > h.lastUsable {
-			return nil, fmt.Errorf("%w: partition %d spans LBA %d-%d outside usable %d-%d", ErrBadGPT, p.number, p.first, p.last, h.firstUsable, h.lastUsable)
+			return fmt.Errorf("%w: partition %d spans LBA %d-%d outside usable %d-%d", ErrBadGPT, p.number, p.first, p.last, h.firstUsable, h.lastUsable)
 		}
 		g.parts = append(g.parts, p)
 	}
-	return g, nil
+	return nil
+}
+
+// readBackupGPT reads the backup header in the disk's last sector (512 or
+// 4096-byte sectors) and the entries it points to, validating both CRCs.
+func readBackupGPT(r io.ReaderAt, diskSize int64) (*gpt, error) {
+	var lastErr error = ErrNoGPT
+	for _, ss := range []int64{512, 4096} {
+		lba := diskSize/ss - 1
+		h, err := parseHeader(r, lba, ss)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		g := &gpt{ss: ss, gptHeader: *h}
+		if h.myLBA != uint64(lba) || h.entriesLBA+uint64(g.entrySectors()) > uint64(lba) {
+			return nil, fmt.Errorf("%w: backup header at LBA %d says it is at %d with entries at %d", ErrBadGPT, lba, h.myLBA, h.entriesLBA)
+		}
+		g.entries = make([]byte, g.entryBytes())
+		if _, err := r.ReadAt(g.entries, int64(h.entriesLBA)*ss); err != nil {
+			return nil, fmt.Errorf("read backup GPT entries at LBA %d: %w", h.entriesLBA, err)
+		}
+		if c := crc32.ChecksumIEEE(g.entries); c != h.entriesCRC {
+			return nil, fmt.Errorf("%w: backup entry array CRC %08x, header says %08x", ErrBadGPT, c, h.entriesCRC)
+		}
+		if err := g.parseEntries(); err != nil {
+			return nil, err
+		}
+		return g, nil
+	}
+	return nil, lastErr
 }
 
 // parseHeader reads and checks the GPT header at lba. It returns ErrNoGPT

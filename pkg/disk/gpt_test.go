@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	diskfsfile "github.com/diskfs/go-diskfs/backend/file"
+	diskfsgpt "github.com/diskfs/go-diskfs/partition/gpt"
 )
 
 const mib = 1 << 20
@@ -257,4 +260,87 @@ func (m *memDev) WriteAt(p []byte, off int64) (int, error) {
 		return 0, errors.New("write past end of device")
 	}
 	return copy(m.b[off:], p), nil
+}
+
+func TestReadPartitionTableFromBackup(t *testing.T) {
+	img := sgdiskImage(t, 64, 64, "-n", "1:2048:+8M", "-t", "1:ef00", "-n", "2:0:+20M", "-t", "2:8304")
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	good, err := ReadPartitionTable(f, 64*mib)
+	if err != nil || good.FromBackup {
+		t.Fatalf("intact table: %+v, %v", good, err)
+	}
+	// Destroy the primary header: the backup still describes the partitions.
+	f.WriteAt(make([]byte, 512), 512)
+	pt, err := ReadPartitionTable(f, 64*mib)
+	if err != nil || !pt.FromBackup || len(pt.Partitions) != 2 || pt.Partitions[1] != good.Partitions[1] ||
+		pt.BackupHeaderOffset != good.BackupHeaderOffset || pt.BackupEntriesOffset != good.BackupEntriesOffset {
+		t.Fatalf("from backup: %+v, %v; want %+v", pt, err, good)
+	}
+	// GrowGPT works on the primary only.
+	if _, err := GrowGPT(f, 64*mib, GrowOptions{}); !errors.Is(err, ErrNoGPT) {
+		t.Fatalf("GrowGPT without primary: %v", err)
+	}
+	// An MBR with a real (non-protective) partition hides a stale backup GPT.
+	mbr := make([]byte, 512)
+	mbr[510], mbr[511] = 0x55, 0xaa
+	mbr[446+4] = 0x83
+	binary.LittleEndian.PutUint32(mbr[446+8:], 2048)
+	binary.LittleEndian.PutUint32(mbr[446+12:], 2048)
+	f.WriteAt(mbr, 0)
+	if pt, err := ReadPartitionTable(f, 64*mib); err != nil || pt.Kind != "dos" {
+		t.Fatalf("dos over stale GPT: %+v, %v", pt, err)
+	}
+}
+
+// TestGrowGPT4Kn checks 4096-byte sectors against go-diskfs as an
+// independent writer and reader (sgdisk cannot make 4Kn images on files).
+func TestGrowGPT4Kn(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "4kn.img")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(64 * mib); err != nil {
+		t.Fatal(err)
+	}
+	w, err := diskfsfile.New(f, false).Writable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &diskfsgpt.Table{LogicalSectorSize: 4096, PhysicalSectorSize: 4096, ProtectiveMBR: true, Partitions: []*diskfsgpt.Partition{
+		{Index: 1, Start: 256, End: 256 + 2048 - 1, Type: diskfsgpt.EFISystemPartition, Name: "esp"},
+		{Index: 2, Start: 2304, End: 2304 + 5120 - 1, Type: diskfsgpt.LinuxRootX86_64, Name: "root"},
+	}}
+	if err := table.Write(w, 64*mib); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(128 * mib); err != nil {
+		t.Fatal(err)
+	}
+	res, err := GrowGPT(f, 128*mib, GrowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 128 * mib / 4096
+	if res.SectorSize != 4096 || res.Partition != 2 || res.NewBackupLBA != total-1 || res.NewLastLBA != total-1-4-1 {
+		t.Fatalf("result %+v", res)
+	}
+	got, err := diskfsgpt.Read(diskfsfile.New(f, true), 4096, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.RecoveredFromBackup || len(got.Partitions) < 2 || got.Partitions[1].End != total-6 || got.Partitions[0].End != 256+2048-1 {
+		t.Fatalf("go-diskfs reads %+v", got)
+	}
+	// The backup copy is valid on its own: destroy the primary and read it.
+	f.WriteAt(make([]byte, 4096), 4096)
+	pt, err := ReadPartitionTable(f, 128*mib)
+	if err != nil || !pt.FromBackup || pt.SectorSize != 4096 || pt.Partitions[1].Size != int64(total-6-2304+1)*4096 {
+		t.Fatalf("backup after grow: %+v, %v", pt, err)
+	}
 }

@@ -451,3 +451,18 @@ func TestIdentity(t *testing.T) {
 		t.Fatalf("sparse Identity = %v", got)
 	}
 }
+
+// TestWipeDamagedPrimary: with the primary GPT gone, Wipe still finds the
+// partitions through the backup and zeroes their ends.
+func TestWipeDamagedPrimary(t *testing.T) {
+	img, ms := wipeImage(t)
+	f, _ := os.OpenFile(img, os.O_RDWR, 0)
+	f.WriteAt(make([]byte, 512), 512)
+	f.Close()
+	m, _ := wipeManager(t)
+	rep, err := m.Wipe(context.Background(), Disk{Path: img, Size: 64 * mib}, WipeOptions{})
+	if err != nil || rep.Partitions != 2 || rep.BytesZeroed != 6*mib {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+	checkMarkers(t, img, ms)
+}

@@ -33,6 +33,8 @@ type Runner interface {
 	Provision(ctx context.Context) error
 	Deprovision(ctx context.Context) error
 	FirmwareChanged() bool
+	// Kexec is the installed kernel prepared for a kexec handoff, or nil.
+	Kexec() *provision.KexecTarget
 }
 
 // Agent holds the agent's dependencies. Fields are seams: New fills them with
@@ -122,7 +124,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		}
 		return a.failure(ctx, cfg, hold)
 	}
-	h := Decide(cfg, r.FirmwareChanged())
+	h := Decide(cfg, r.FirmwareChanged(), r.Kexec())
 	log.Info("run succeeded; handing off", "action", h.Action.String())
 	if ship != nil {
 		ship.Close()
@@ -205,10 +207,10 @@ func (r reportingProvider) Load(ctx context.Context) (*config.MachineConfig, err
 }
 
 // Decide returns the handoff after a successful run: a hard reboot when
-// firmware changed, otherwise what the config asks. Kexec needs the
-// installed kernel; until it is found from the installed OS's boot entries
-// the handoff falls back to a reboot.
-func Decide(cfg *config.MachineConfig, firmwareChanged bool) initsys.Handoff {
+// firmware changed, otherwise what the config asks. Kexec loads the kernel
+// the run prepared from the installed OS's default boot entry; without one
+// (deprovisioning, or no kernel found) it falls back to a reboot.
+func Decide(cfg *config.MachineConfig, firmwareChanged bool, k *provision.KexecTarget) initsys.Handoff {
 	if firmwareChanged {
 		return initsys.Handoff{Action: initsys.Reboot}
 	}
@@ -218,8 +220,10 @@ func Decide(cfg *config.MachineConfig, firmwareChanged bool) initsys.Handoff {
 	case config.HandoffReboot:
 		return initsys.Handoff{Action: initsys.Reboot}
 	}
-	// Kexec: no installed kernel is known to this build yet.
-	return initsys.Handoff{Action: initsys.Reboot}
+	if k == nil || cfg.Mode == config.ModeDeprovision || cfg.Mode == config.ModeSoftDeprovision {
+		return initsys.Handoff{Action: initsys.Reboot}
+	}
+	return initsys.Handoff{Action: initsys.Kexec, Kernel: k.Kernel, Initrd: k.Initrd, Cmdline: k.Cmdline}
 }
 
 // failure applies the failure policy: hold when asked (config or

@@ -15,11 +15,13 @@ import (
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/initsys"
 	"github.com/booty-dev/booty/pkg/network"
+	"github.com/booty-dev/booty/pkg/provision"
 )
 
 type fakeRunner struct {
 	provisionErr error
 	firmware     bool
+	kexec        *provision.KexecTarget
 	ran          string
 	log          *slog.Logger
 }
@@ -31,6 +33,7 @@ func (r *fakeRunner) Provision(context.Context) error {
 }
 func (r *fakeRunner) Deprovision(context.Context) error { r.ran = "deprovision"; return nil }
 func (r *fakeRunner) FirmwareChanged() bool             { return r.firmware }
+func (r *fakeRunner) Kexec() *provision.KexecTarget     { return r.kexec }
 
 type logSink struct {
 	mu    sync.Mutex
@@ -89,6 +92,7 @@ func TestRunHandoff(t *testing.T) {
 		loadErr error
 		runErr  error
 		fw      bool
+		kexec   *provision.KexecTarget
 		want    initsys.Action
 		slept   []time.Duration
 		ran     string
@@ -96,6 +100,11 @@ func TestRunHandoff(t *testing.T) {
 		{name: "success poweroff", cfg: cfgWith(nil), want: initsys.Poweroff, ran: "provision"},
 		{name: "success reboot", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffReboot }), want: initsys.Reboot, ran: "provision"},
 		{name: "firmware changed forces reboot", cfg: cfgWith(nil), fw: true, want: initsys.Reboot, ran: "provision"},
+		{name: "kexec into the prepared kernel", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffKexec }),
+			kexec: &provision.KexecTarget{Kernel: "/run/k", Initrd: "/run/i", Cmdline: "root=UUID=x ro"}, want: initsys.Kexec, ran: "provision"},
+		{name: "kexec without a kernel reboots", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffKexec }), want: initsys.Reboot, ran: "provision"},
+		{name: "firmware change beats kexec", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffKexec }), fw: true,
+			kexec: &provision.KexecTarget{Kernel: "/run/k"}, want: initsys.Reboot, ran: "provision"},
 		{name: "deprovision mode", cfg: cfgWith(func(c *config.MachineConfig) { c.Mode = config.ModeDeprovision }), want: initsys.Poweroff, ran: "deprovision"},
 		{name: "failure reboots after delay", cfg: cfgWith(nil), runErr: boom, want: initsys.Reboot, slept: []time.Duration{5 * time.Second}, ran: "provision"},
 		{name: "failure poweroff", cfg: cfgWith(func(c *config.MachineConfig) { c.OnFailure.Action = config.FailurePoweroff }), runErr: boom, want: initsys.Poweroff, slept: []time.Duration{5 * time.Second}, ran: "provision"},
@@ -106,11 +115,14 @@ func TestRunHandoff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &fakeRunner{provisionErr: tt.runErr, firmware: tt.fw}
+			r := &fakeRunner{provisionErr: tt.runErr, firmware: tt.fw, kexec: tt.kexec}
 			a, out, slept, _ := testAgent(t, tt.cmdline, tt.cfg, tt.loadErr, r)
 			h := a.Run(context.Background())
 			if h.Action != tt.want {
 				t.Fatalf("handoff = %v, want %v\n%s", h.Action, tt.want, out)
+			}
+			if tt.want == initsys.Kexec && (h.Kernel != tt.kexec.Kernel || h.Initrd != tt.kexec.Initrd || h.Cmdline != tt.kexec.Cmdline) {
+				t.Fatalf("kexec handoff = %+v, want %+v", h, tt.kexec)
 			}
 			if len(*slept) != len(tt.slept) || (len(tt.slept) > 0 && (*slept)[0] != tt.slept[0]) {
 				t.Fatalf("slept %v, want %v", *slept, tt.slept)

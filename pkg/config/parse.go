@@ -130,6 +130,9 @@ func checkShape(path string, v any, t reflect.Type, out *[]problem) (keep bool) 
 		return true
 	}
 	switch t.Kind() {
+	case reflect.Pointer:
+		// An optional value (*bool): its shape is the element's.
+		return checkShape(path, v, t.Elem(), out)
 	case reflect.Struct:
 		m, ok := v.(map[string]any)
 		if !ok {

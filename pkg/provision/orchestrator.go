@@ -2,12 +2,17 @@ package provision
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/bootloader"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/image"
@@ -15,26 +20,68 @@ import (
 
 // Step names. Tests and bootyd see these; they are part of the contract.
 const (
-	StepSelectDisk    = "select-disk"
-	StepWriteImage    = "write-image"
-	StepSetupMellanox = "setup-mellanox"
-	StepWipeDisks     = "wipe-disks"
-	StepReportSuccess = "report-success"
+	StepSelectDisk       = "select-disk"
+	StepWriteImage       = "write-image"
+	StepGrowPartition    = "grow-partition"
+	StepMountRoot        = "mount-root"
+	StepGrowFilesystem   = "grow-filesystem"
+	StepCopyFiles        = "copy-files"
+	StepSetHostname      = "set-hostname"
+	StepConfigureDNS     = "configure-dns"
+	StepConfigureKubelet = "configure-kubelet"
+	StepCloudInitSeed    = "cloud-init-seed"
+	StepMachineCommands  = "machine-commands"
+	StepPostProvision    = "post-provision-commands"
+	StepConfigureGRUB    = "configure-grub"
+	StepEFIBootEntry     = "efi-boot-entry"
+	StepSetupMellanox    = "setup-mellanox"
+	StepPrepareKexec     = "prepare-kexec"
+	StepUnmountRoot      = "unmount-root"
+	StepReportSuccess    = "report-success"
+	StepWipeDisk         = "wipe-disk"
+	StepRemoveEFIEntries = "remove-efi-entries"
+	StepDisableBoot      = "disable-boot"
 )
 
 // reportTimeout bounds every report to the provider so a dead server cannot
 // hold a step; reports are best effort.
 const reportTimeout = 15 * time.Second
 
+// DefaultKexecDir is where prepare-kexec copies the installed kernel and
+// initrd, so they outlive the unmount of the installed OS.
+const DefaultKexecDir = "/run/booty/kexec"
+
+// osTarget is the installed OS mounted for configuration; *Target is the
+// real one.
+type osTarget interface {
+	Mount(ctx context.Context) error
+	Unmount() error
+	Root() string
+	RootPartition() (Partition, bool)
+	ESP() (Partition, bool)
+	Partitions() []Partition
+}
+
+// KexecTarget is the installed kernel that the handoff loads.
+type KexecTarget struct {
+	Kernel, Initrd, Cmdline string
+	// Source says where the entry came from (a BLS file, grub.cfg).
+	Source string
+}
+
 // Orchestrator runs the full provisioning pipeline.
 type Orchestrator struct {
 	cfg      *config.MachineConfig
 	provider config.Provider
 	disks    *disk.Manager
+	conf     *Configurator
 	log      *slog.Logger
 
 	mu              sync.Mutex
 	target          *disk.Disk
+	os              osTarget
+	imageWritten    bool
+	kexec           *KexecTarget
 	detail          map[string]string
 	firmwareChanged bool
 
@@ -44,6 +91,16 @@ type Orchestrator struct {
 	writeImage     func(ctx context.Context, opts image.Options) (image.Result, error)
 	dumpDebugState func(step string)
 	setupMellanox  func(ctx context.Context, numVFs int) (bool, error)
+	newTarget      func(disk string) osTarget
+	growPartition  func(ctx context.Context, d *disk.Disk, size int64) (string, error)
+	growFilesystem func(ctx context.Context, root string, p Partition) error
+	efiBooted      func() bool
+	findBootEntry  func(root string) (*bootloader.BootEntry, error)
+	wipeDisk       func(ctx context.Context, d disk.Disk, opts disk.WipeOptions) (*disk.WipeReport, error)
+	removeEFI      func(partUUIDs map[string]bool) ([]uint16, error)
+	readPartUUIDs  func(d *disk.Disk) (map[string]bool, error)
+	deployDir      string
+	kexecDir       string
 }
 
 // NewOrchestrator creates an Orchestrator with the given dependencies. The
@@ -51,15 +108,18 @@ type Orchestrator struct {
 // by type assertion when the orchestrator reports.
 func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMgr *disk.Manager) *Orchestrator {
 	o := &Orchestrator{
-		cfg:      cfg,
-		provider: provider,
-		disks:    diskMgr,
-		log:      slog.Default().With("component", "provision"),
-		now:      time.Now,
+		cfg:       cfg,
+		provider:  provider,
+		disks:     diskMgr,
+		conf:      NewConfigurator(diskMgr),
+		log:       slog.Default().With("component", "provision"),
+		now:       time.Now,
+		deployDir: DefaultDeployDir,
+		kexecDir:  DefaultKexecDir,
 	}
 	o.selectDisk = func(spec config.DiskSpec) (*disk.Disk, error) {
 		if o.disks == nil {
-			return nil, fmt.Errorf("no disk manager")
+			return nil, errors.New("no disk manager")
 		}
 		return o.disks.Select(spec, 0)
 	}
@@ -68,14 +128,39 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 		setDebugConfig(o.cfg)
 		DumpDebugState(step)
 	}
-	o.setupMellanox = func(ctx context.Context, numVFs int) (bool, error) {
-		return NewConfigurator(o.disks).SetupMellanox(ctx, numVFs)
+	o.setupMellanox = func(ctx context.Context, numVFs int) (bool, error) { return o.conf.SetupMellanox(ctx, numVFs) }
+	o.newTarget = func(d string) osTarget {
+		t := NewTarget(d)
+		t.Log = o.log
+		return t
 	}
+	o.growPartition = o.growPartitionTable
+	o.growFilesystem = func(ctx context.Context, root string, p Partition) error {
+		return disk.GrowFilesystem(ctx, ExecRunner{Log: o.log}, root, p.Path, p.FSType)
+	}
+	o.efiBooted = func() bool {
+		_, err := os.Stat("/sys/firmware/efi")
+		return err == nil
+	}
+	o.findBootEntry = bootloader.DefaultEntry
+	o.wipeDisk = func(ctx context.Context, d disk.Disk, opts disk.WipeOptions) (*disk.WipeReport, error) {
+		return o.disks.Wipe(ctx, d, opts)
+	}
+	o.removeEFI = func(uuids map[string]bool) ([]uint16, error) {
+		return bootloader.EFIVars{Log: o.log}.RemoveBootEntries(func(lo bootloader.LoadOption) bool {
+			p, ok := lo.Partition()
+			return ok && uuids[p.PartUUID]
+		})
+	}
+	o.readPartUUIDs = readPartUUIDs
 	return o
 }
 
 // SetLogger routes the orchestrator's logs to l.
-func (o *Orchestrator) SetLogger(l *slog.Logger) { o.log = l.With("component", "provision") }
+func (o *Orchestrator) SetLogger(l *slog.Logger) {
+	o.log = l.With("component", "provision")
+	o.conf.SetLogger(l)
+}
 
 // FirmwareChanged reports whether any provisioning step changed firmware values that require a hard reboot (not kexec) to reinitialize.
 func (o *Orchestrator) FirmwareChanged() bool {
@@ -91,23 +176,84 @@ func (o *Orchestrator) Target() *disk.Disk {
 	return o.target
 }
 
+// Kexec returns the installed kernel prepared for a kexec handoff, or nil
+// when the run did not prepare one.
+func (o *Orchestrator) Kexec() *KexecTarget {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.kexec
+}
+
 // ProvisionPlan returns the steps Provision runs, in order, for this config.
+// Steps that have nothing to do for it are left out, so the plan bootyd
+// sees is what really happens.
 func (o *Orchestrator) ProvisionPlan() []Step {
+	c := o.cfg
+	grow := c.Disk.RootPartitionSize != config.RootPartitionKeep
 	plan := []Step{
 		{Name: StepSelectDisk, Fn: o.stepSelectDisk},
 		{Name: StepWriteImage, Fn: o.stepWriteImage},
 	}
-	if o.cfg.Mellanox.NumVFs > 0 {
+	if grow {
+		plan = append(plan, Step{Name: StepGrowPartition, Fn: o.stepGrowPartition})
+	}
+	var onRoot []Step
+	if grow {
+		onRoot = append(onRoot, Step{Name: StepGrowFilesystem, Fn: o.stepGrowFilesystem})
+	}
+	if o.deployHas("file-system") || o.deployHas("machine-files") {
+		onRoot = append(onRoot, Step{Name: StepCopyFiles, Fn: o.stepCopyFiles})
+	}
+	if c.Hostname != "" {
+		onRoot = append(onRoot, Step{Name: StepSetHostname, Fn: func(context.Context) error { return o.conf.SetHostname(c) }})
+	}
+	if len(c.DNS.Nameservers) > 0 || len(c.DNS.Search) > 0 {
+		onRoot = append(onRoot, Step{Name: StepConfigureDNS, Fn: func(context.Context) error { return o.conf.ConfigureDNS(c) }})
+	}
+	if c.Kubelet.ProviderID != "" || len(c.Kubelet.NodeLabels) > 0 {
+		onRoot = append(onRoot, Step{Name: StepConfigureKubelet, Fn: func(context.Context) error { return o.conf.ConfigureKubelet(c) }})
+	}
+	if c.CloudInit != (config.CloudInitSpec{}) {
+		onRoot = append(onRoot, Step{Name: StepCloudInitSeed, Fn: func(context.Context) error { return o.conf.WriteCloudInitSeed(c) }})
+	}
+	if o.deployHas("machine-commands") {
+		onRoot = append(onRoot, Step{Name: StepMachineCommands, Fn: o.conf.RunMachineCommands})
+	}
+	if len(c.PostProvisionCommands) > 0 {
+		onRoot = append(onRoot, Step{Name: StepPostProvision, Fn: func(ctx context.Context) error {
+			return o.conf.RunPostProvisionCmds(ctx, c.PostProvisionCommands)
+		}})
+	}
+	if len(c.KernelParams) > 0 {
+		onRoot = append(onRoot, Step{Name: StepConfigureGRUB, Fn: func(ctx context.Context) error { return o.conf.ConfigureGRUB(ctx, c) }})
+	}
+	if c.WantEFIBootEntry() && o.efiBooted() {
+		onRoot = append(onRoot, Step{Name: StepEFIBootEntry, Fn: o.stepEFIBootEntry})
+	}
+	if c.Handoff == "" || c.Handoff == config.HandoffKexec {
+		onRoot = append(onRoot, Step{Name: StepPrepareKexec, Fn: o.stepPrepareKexec})
+	}
+	if len(onRoot) > 0 {
+		plan = append(plan, Step{Name: StepMountRoot, Fn: o.stepMountRoot})
+		plan = append(plan, onRoot...)
+		plan = append(plan, Step{Name: StepUnmountRoot, Fn: o.stepUnmountRoot})
+	}
+	if c.Mellanox.NumVFs > 0 {
 		plan = append(plan, Step{Name: StepSetupMellanox, Fn: o.stepSetupMellanox})
 	}
-	plan = append(plan, Step{Name: StepReportSuccess, Fn: o.stepReportSuccess})
-	return plan
+	return append(plan, Step{Name: StepReportSuccess, Fn: o.stepReportSuccess})
+}
+
+func (o *Orchestrator) deployHas(sub string) bool {
+	fi, err := os.Stat(filepath.Join(o.deployDir, sub))
+	return err == nil && fi.IsDir()
 }
 
 // Provision runs all provisioning steps sequentially. On failure it returns
 // a *StepError naming the step; the failed step has already been reported
-// and debug state dumped. The machine-level outcome (provisioned or error) is
-// reported before returning.
+// and debug state dumped, the installed OS unmounted, and, when the image
+// had been written, the disk made unbootable again. The machine-level
+// outcome (provisioned or error) is reported before returning.
 func (o *Orchestrator) Provision(ctx context.Context) error {
 	return o.runPlan(ctx, o.ProvisionPlan(), api.StateProvisioned)
 }
@@ -120,11 +266,34 @@ func (o *Orchestrator) Deprovision(ctx context.Context) error {
 func (o *Orchestrator) runPlan(ctx context.Context, plan []Step, success string) error {
 	err := runner{o: o}.run(ctx, plan)
 	if err != nil {
+		o.cleanupAfterFailure()
 		o.reportStatus(ctx, api.StatusReport{Step: api.StepMachine, State: api.StateError, Error: err.Error()})
 		return err
 	}
 	o.reportStatus(ctx, api.StatusReport{Step: api.StepMachine, State: success})
 	return nil
+}
+
+// cleanupAfterFailure unmounts the installed OS and, when the image was
+// written, zeroes both ends of the disk: a disk is never left bootable by a
+// run that failed.
+func (o *Orchestrator) cleanupAfterFailure() {
+	o.mu.Lock()
+	t, mounted, written := o.target, o.os, o.imageWritten
+	o.os = nil
+	o.mu.Unlock()
+	if mounted != nil {
+		if err := mounted.Unmount(); err != nil {
+			o.log.Error("unmount after failure", "error", err)
+		}
+	}
+	if written && t != nil {
+		if err := wipeEnds(t.Path); err != nil {
+			o.log.Error("cannot make the disk unbootable after the failure", "disk", t.Path, "error", err)
+			return
+		}
+		o.log.Warn("disk made unbootable after the failure: partition tables zeroed", "disk", t.Path)
+	}
 }
 
 func (o *Orchestrator) stepSelectDisk(ctx context.Context) error {
@@ -136,16 +305,15 @@ func (o *Orchestrator) stepSelectDisk(ctx context.Context) error {
 	o.target = d
 	o.mu.Unlock()
 	o.log.Info("target disk chosen", "disk", d.Path, "size", d.Size, "model", d.Model, "serial", d.Serial)
-	o.addDetail(map[string]string{
-		"disk": d.Path, "size": fmt.Sprint(d.Size), "model": d.Model, "serial": d.Serial, "wwn": d.WWN, "tran": d.Tran,
-	})
+	o.addDetail(d.Identity())
+	o.addDetail(map[string]string{"disk": d.Path})
 	return nil
 }
 
 func (o *Orchestrator) stepWriteImage(ctx context.Context) error {
 	t := o.Target()
 	if t == nil {
-		return fmt.Errorf("no target disk selected")
+		return errors.New("no target disk selected")
 	}
 	var ca []byte
 	if o.cfg.Server.CACert != "" {
@@ -155,6 +323,7 @@ func (o *Orchestrator) stepWriteImage(ctx context.Context) error {
 		Source:        o.cfg.Image.URL,
 		Checksum:      o.cfg.Image.Checksum,
 		ImageChecksum: o.cfg.Image.ImageChecksum,
+		Bmap:          o.cfg.Image.BmapURL,
 		Target:        t.Path,
 		CACert:        ca,
 		Log:           o.log.With("step", StepWriteImage),
@@ -166,11 +335,180 @@ func (o *Orchestrator) stepWriteImage(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("write %s to %s: %w", o.cfg.Image.URL, t.Path, err)
 	}
+	o.mu.Lock()
+	o.imageWritten = true
+	o.mu.Unlock()
 	o.log.Info("image written and verified", "disk", t.Path, "bytes", res.ImageSize,
 		"digest", res.ImageDigest, "duration", res.Duration.Round(time.Millisecond))
 	o.addDetail(map[string]string{"bytes": fmt.Sprint(res.ImageSize), "sourceDigest": res.SourceDigest,
 		"imageDigest": res.ImageDigest})
 	return nil
+}
+
+// stepGrowPartition moves the backup GPT to the end of the disk and grows
+// the root partition, then makes the kernel see the new table.
+func (o *Orchestrator) stepGrowPartition(ctx context.Context) error {
+	t := o.Target()
+	var size int64
+	if s := o.cfg.Disk.RootPartitionSize; s != "" {
+		n, err := disk.ParseSize(s)
+		if err != nil {
+			return fmt.Errorf("disk.rootPartitionSize: %w", err)
+		}
+		size = n
+	}
+	what, err := o.growPartition(ctx, t, size)
+	if err != nil {
+		return err
+	}
+	o.log.Info("partition table grown", "disk", t.Path, "result", what)
+	o.addDetail(map[string]string{"grown": what})
+	return nil
+}
+
+func (o *Orchestrator) growPartitionTable(ctx context.Context, d *disk.Disk, size int64) (string, error) {
+	if err := o.disks.RereadPartitions(d.Path); err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(d.Path, os.O_RDWR, 0)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", d.Path, err)
+	}
+	res, err := disk.GrowGPT(f, d.Size, disk.GrowOptions{Size: size, SectorSize: d.LogicalBlockSize})
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close %s: %w", d.Path, cerr)
+	}
+	if err != nil {
+		return "", fmt.Errorf("grow the partition table of %s: %w", d.Path, err)
+	}
+	if err := o.disks.RereadPartitions(d.Path); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%+v", *res), nil
+}
+
+func (o *Orchestrator) stepMountRoot(ctx context.Context) error {
+	t := o.Target()
+	target := o.newTarget(t.Path)
+	if err := target.Mount(ctx); err != nil {
+		// Mount unmounts what it mounted before failing.
+		return err
+	}
+	o.mu.Lock()
+	o.os = target
+	o.mu.Unlock()
+	o.conf.SetRootDir(target.Root())
+	if p, ok := target.RootPartition(); ok {
+		o.addDetail(map[string]string{"root": p.String()})
+	}
+	return nil
+}
+
+func (o *Orchestrator) mountedOS() (osTarget, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.os == nil {
+		return nil, errors.New("the installed OS is not mounted")
+	}
+	return o.os, nil
+}
+
+func (o *Orchestrator) stepGrowFilesystem(ctx context.Context) error {
+	target, err := o.mountedOS()
+	if err != nil {
+		return err
+	}
+	p, ok := target.RootPartition()
+	if !ok {
+		return errors.New("no root partition to grow")
+	}
+	return o.growFilesystem(ctx, target.Root(), p)
+}
+
+func (o *Orchestrator) stepCopyFiles(ctx context.Context) error {
+	if err := o.conf.CopyProvisionerFiles(); err != nil {
+		return err
+	}
+	return o.conf.CopyMachineFiles()
+}
+
+func (o *Orchestrator) stepEFIBootEntry(ctx context.Context) error {
+	t := o.Target()
+	if err := o.conf.RemoveEFIBootEntries(ctx); err != nil {
+		return err
+	}
+	return o.conf.CreateEFIBootEntry(ctx, t.Path, "")
+}
+
+// stepPrepareKexec finds the installed OS's default boot entry and copies
+// its kernel and initrds out of the installed OS, which is unmounted before
+// the handoff.
+func (o *Orchestrator) stepPrepareKexec(ctx context.Context) error {
+	target, err := o.mountedOS()
+	if err != nil {
+		return err
+	}
+	e, err := o.findBootEntry(target.Root())
+	if err != nil {
+		return fmt.Errorf("find the installed kernel: %w", err)
+	}
+	if err := os.MkdirAll(o.kexecDir, 0o700); err != nil {
+		return fmt.Errorf("prepare kexec: %w", err)
+	}
+	k := &KexecTarget{Kernel: filepath.Join(o.kexecDir, "vmlinuz"), Cmdline: e.Cmdline, Source: e.Source}
+	if err := concatFiles(k.Kernel, []string{e.Kernel}); err != nil {
+		return fmt.Errorf("prepare kexec: %w", err)
+	}
+	initrds := e.Initrds
+	if len(initrds) == 0 && e.Initrd != "" {
+		initrds = []string{e.Initrd}
+	}
+	if len(initrds) > 0 {
+		k.Initrd = filepath.Join(o.kexecDir, "initrd")
+		if err := concatFiles(k.Initrd, initrds); err != nil {
+			return fmt.Errorf("prepare kexec: %w", err)
+		}
+	}
+	o.mu.Lock()
+	o.kexec = k
+	o.mu.Unlock()
+	o.log.Info("kexec target ready", "entry", e.Title, "source", e.Source, "kernel", e.Kernel, "cmdline", e.Cmdline)
+	o.addDetail(map[string]string{"kernel": e.Kernel, "cmdline": e.Cmdline})
+	return nil
+}
+
+// concatFiles writes the concatenation of srcs to dst (initrds may be
+// several cpio archives; the kernel reads them back to back).
+func concatFiles(dst string, srcs []string) error {
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	for _, s := range srcs {
+		in, err := os.Open(s)
+		if err != nil {
+			out.Close()
+			return err
+		}
+		_, err = io.Copy(out, in)
+		in.Close()
+		if err != nil {
+			out.Close()
+			return fmt.Errorf("copy %s to %s: %w", s, dst, err)
+		}
+	}
+	return out.Close()
+}
+
+func (o *Orchestrator) stepUnmountRoot(ctx context.Context) error {
+	o.mu.Lock()
+	target := o.os
+	o.os = nil
+	o.mu.Unlock()
+	if target == nil {
+		return nil
+	}
+	return target.Unmount()
 }
 
 func (o *Orchestrator) stepSetupMellanox(ctx context.Context) error {
@@ -184,6 +522,7 @@ func (o *Orchestrator) stepSetupMellanox(ctx context.Context) error {
 		o.mu.Unlock()
 		o.log.Info("firmware values changed: handoff will be a hard reboot")
 	}
+	o.addDetail(map[string]string{"firmwareChanged": fmt.Sprint(changed)})
 	return nil
 }
 

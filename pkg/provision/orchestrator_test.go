@@ -74,22 +74,70 @@ func newTestOrchestrator(t *testing.T, cfg *config.MachineConfig, p config.Provi
 		return &disk.Disk{Name: "vda", Path: filepath.Join(t.TempDir(), "vda"), Size: 1 << 30, Serial: "S1"}, nil
 	}
 	o.dumpDebugState = func(string) { t.Fatal("debug dump on success path") }
+	o.efiBooted = func() bool { return false }
+	o.deployDir = filepath.Join(t.TempDir(), "deploy")
+	o.kexecDir = filepath.Join(t.TempDir(), "kexec")
+	o.growPartition = func(context.Context, *disk.Disk, int64) (string, error) { return "grown", nil }
+	o.growFilesystem = func(context.Context, string, Partition) error { return nil }
+	o.conf.SetRunner(&fakeRunner{})
 	return o, &logs
 }
 
+// keepConfig is testConfig for an image written as is: no growth, no
+// kexec, nothing configured, so the installed OS is never mounted.
+func keepConfig() *config.MachineConfig {
+	c := testConfig()
+	c.Hostname = ""
+	c.Handoff = config.HandoffPoweroff
+	c.Disk.RootPartitionSize = config.RootPartitionKeep
+	return c
+}
+
 func TestProvisionPlanNames(t *testing.T) {
-	cfg := testConfig()
-	o, _ := newTestOrchestrator(t, cfg, &recordingProvider{})
-	got := names(o.ProvisionPlan())
-	want := []string{StepSelectDisk, StepWriteImage, StepReportSuccess}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("plan = %v, want %v", got, want)
+	tests := []struct {
+		name string
+		cfg  func(*config.MachineConfig)
+		efi  bool
+		dirs []string
+		want []string
+	}{
+		{name: "image as is", cfg: func(*config.MachineConfig) {},
+			want: []string{StepSelectDisk, StepWriteImage, StepReportSuccess}},
+		{name: "grow and kexec", cfg: func(c *config.MachineConfig) { c.Disk.RootPartitionSize = ""; c.Handoff = "" },
+			want: []string{StepSelectDisk, StepWriteImage, StepGrowPartition, StepMountRoot, StepGrowFilesystem,
+				StepPrepareKexec, StepUnmountRoot, StepReportSuccess}},
+		{name: "everything", efi: true, dirs: []string{"file-system", "machine-commands"}, cfg: func(c *config.MachineConfig) {
+			c.Disk.RootPartitionSize = "40G"
+			c.Handoff = config.HandoffKexec
+			c.Hostname = "n1"
+			c.DNS.Nameservers = []string{"10.0.0.53"}
+			c.Kubelet.ProviderID = "metal://x"
+			c.CloudInit.UserData = "#cloud-config"
+			c.PostProvisionCommands = []string{"true"}
+			c.KernelParams = []string{"quiet"}
+			c.Mellanox.NumVFs = 8
+		}, want: []string{StepSelectDisk, StepWriteImage, StepGrowPartition, StepMountRoot, StepGrowFilesystem,
+			StepCopyFiles, StepSetHostname, StepConfigureDNS, StepConfigureKubelet, StepCloudInitSeed,
+			StepMachineCommands, StepPostProvision, StepConfigureGRUB, StepEFIBootEntry, StepPrepareKexec,
+			StepUnmountRoot, StepSetupMellanox, StepReportSuccess}},
+		{name: "efi entry not wanted", efi: true, cfg: func(c *config.MachineConfig) { f := false; c.EFIBootEntry = &f },
+			want: []string{StepSelectDisk, StepWriteImage, StepReportSuccess}},
+		{name: "efi entry on a UEFI machine", efi: true, cfg: func(c *config.MachineConfig) {},
+			want: []string{StepSelectDisk, StepWriteImage, StepMountRoot, StepEFIBootEntry, StepUnmountRoot, StepReportSuccess}},
 	}
-	cfg.Mellanox.NumVFs = 8
-	got = names(o.ProvisionPlan())
-	want = []string{StepSelectDisk, StepWriteImage, StepSetupMellanox, StepReportSuccess}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("plan with mellanox = %v, want %v", got, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := keepConfig()
+			tt.cfg(cfg)
+			o, _ := newTestOrchestrator(t, cfg, &recordingProvider{})
+			o.efiBooted = func() bool { return tt.efi }
+			for _, d := range tt.dirs {
+				os.MkdirAll(filepath.Join(o.deployDir, d), 0o755)
+			}
+			if got := names(o.ProvisionPlan()); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("plan = %v\nwant %v", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -103,7 +151,7 @@ func names(plan []Step) []string {
 
 func TestProvisionReportsEveryStep(t *testing.T) {
 	p := &recordingProvider{}
-	o, logs := newTestOrchestrator(t, testConfig(), p)
+	o, logs := newTestOrchestrator(t, keepConfig(), p)
 	var got image.Options
 	o.writeImage = func(_ context.Context, opts image.Options) (image.Result, error) {
 		got = opts
@@ -141,7 +189,7 @@ func TestProvisionReportsEveryStep(t *testing.T) {
 
 func TestProvisionFailureNamesStepAndStops(t *testing.T) {
 	p := &recordingProvider{}
-	o, _ := newTestOrchestrator(t, testConfig(), p)
+	o, _ := newTestOrchestrator(t, keepConfig(), p)
 	var dumped []string
 	o.dumpDebugState = func(step string) { dumped = append(dumped, step) }
 	boom := errors.New("checksum mismatch")
@@ -185,7 +233,7 @@ func TestProvisionDiskErrorWritesNothing(t *testing.T) {
 
 func TestProvisionWithoutReporterCapabilities(t *testing.T) {
 	// A provider that only loads configs must still work: reporting is optional.
-	o, _ := newTestOrchestrator(t, testConfig(), loadOnly{})
+	o, _ := newTestOrchestrator(t, keepConfig(), loadOnly{})
 	o.writeImage = func(_ context.Context, opts image.Options) (image.Result, error) {
 		opts.Progress(image.Progress{BytesDone: 1})
 		return image.Result{}, nil
@@ -202,7 +250,7 @@ func (loadOnly) Load(context.Context) (*config.MachineConfig, error) { return ni
 
 func TestCancelledContextStopsBeforeNextStep(t *testing.T) {
 	p := &recordingProvider{}
-	o, _ := newTestOrchestrator(t, testConfig(), p)
+	o, _ := newTestOrchestrator(t, keepConfig(), p)
 	ctx, cancel := context.WithCancel(context.Background())
 	o.selectDisk = func(config.DiskSpec) (*disk.Disk, error) {
 		cancel()
@@ -218,30 +266,205 @@ func TestCancelledContextStopsBeforeNextStep(t *testing.T) {
 	}
 }
 
-func TestDeprovisionWipesBothEnds(t *testing.T) {
+func TestDeprovisionHard(t *testing.T) {
 	cfg := testConfig()
 	cfg.Mode = config.ModeDeprovision
+	cfg.Disk.SecureErase = true
 	p := &recordingProvider{}
 	o, _ := newTestOrchestrator(t, cfg, p)
-	path := filepath.Join(t.TempDir(), "disk")
-	data := bytes.Repeat([]byte{0xAB}, 4<<20)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
+	o.efiBooted = func() bool { return true }
+	o.readPartUUIDs = func(*disk.Disk) (map[string]bool, error) { return map[string]bool{"u1": true}, nil }
+	var removedFor map[string]bool
+	o.removeEFI = func(u map[string]bool) ([]uint16, error) { removedFor = u; return []uint16{3, 0x1a}, nil }
+	var wiped disk.WipeOptions
+	o.wipeDisk = func(_ context.Context, d disk.Disk, opts disk.WipeOptions) (*disk.WipeReport, error) {
+		wiped = opts
+		return &disk.WipeReport{Disk: d.Path, BytesZeroed: 4 << 20, Regions: 4, Discarded: true, SecureErase: "nvme-format-user-data-erase"}, nil
 	}
-	o.selectDisk = func(config.DiskSpec) (*disk.Disk, error) { return &disk.Disk{Path: path, Size: int64(len(data))}, nil }
+	if got, want := names(o.DeprovisionPlan()), []string{StepSelectDisk, StepRemoveEFIEntries, StepWipeDisk}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("plan = %v, want %v", got, want)
+	}
 	if err := o.Deprovision(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if !wiped.SecureErase || !removedFor["u1"] {
+		t.Fatalf("wipe options %+v, EFI removal for %v", wiped, removedFor)
+	}
+	var efi, wipe api.StatusReport
+	for _, r := range p.status {
+		if r.State == api.StateSucceeded && r.Step == StepRemoveEFIEntries {
+			efi = r
+		}
+		if r.State == api.StateSucceeded && r.Step == StepWipeDisk {
+			wipe = r
+		}
+	}
+	if efi.Detail["efiEntriesRemoved"] != "Boot0003,Boot001A" {
+		t.Errorf("EFI report = %+v", efi.Detail)
+	}
+	if wipe.Detail["secureErase"] != "nvme-format-user-data-erase" || wipe.Detail["bytesZeroed"] != "4194304" || wipe.Detail["discarded"] != "true" {
+		t.Errorf("wipe report = %+v", wipe.Detail)
+	}
+	if s := p.states(); s[len(s)-1] != "machine:deprovisioned" {
+		t.Fatalf("reports = %v", s)
+	}
+}
+
+// fakeOS is an installed OS "mounted" at a temp dir.
+type fakeOS struct {
+	root      string
+	mounts    int
+	unmounts  int
+	mountErr  error
+	partition Partition
+}
+
+func (f *fakeOS) Mount(context.Context) error {
+	f.mounts++
+	return f.mountErr
+}
+func (f *fakeOS) Unmount() error                   { f.unmounts++; return nil }
+func (f *fakeOS) Root() string                     { return f.root }
+func (f *fakeOS) RootPartition() (Partition, bool) { return f.partition, true }
+func (f *fakeOS) ESP() (Partition, bool)           { return Partition{}, false }
+func (f *fakeOS) Partitions() []Partition          { return []Partition{f.partition} }
+
+func newFakeOS(t *testing.T) *fakeOS {
+	root := t.TempDir()
+	for _, d := range []string{"etc", "boot/grub", "boot/efi/EFI/debian"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("image\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/hosts"), []byte("127.0.0.1 localhost\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "boot/vmlinuz-6.1.0-1-amd64"), []byte("KERNEL"), 0o644)
+	os.WriteFile(filepath.Join(root, "boot/initrd.img-6.1.0-1-amd64"), []byte("INITRD"), 0o644)
+	os.WriteFile(filepath.Join(root, "boot/grub/grub.cfg"), []byte("menuentry 'Debian' {\n linux /boot/vmlinuz-6.1.0-1-amd64 root=UUID=abc ro quiet\n initrd /boot/initrd.img-6.1.0-1-amd64\n}\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "boot/efi/EFI/debian/grub.cfg"), []byte("configfile $prefix/grub.cfg\n"), 0o644)
+	return &fakeOS{root: root, partition: Partition{Path: "/dev/vda2", Number: 2, FSType: "ext4"}}
+}
+
+func TestProvisionConfiguresAndPreparesKexec(t *testing.T) {
+	cfg := testConfig()
+	cfg.Hostname = "node-7"
+	cfg.Handoff = config.HandoffKexec
+	p := &recordingProvider{}
+	o, _ := newTestOrchestrator(t, cfg, p)
+	fos := newFakeOS(t)
+	o.newTarget = func(string) osTarget { return fos }
+	var grewFS Partition
+	o.growFilesystem = func(_ context.Context, root string, part Partition) error {
+		if root != fos.root {
+			t.Errorf("grow-filesystem root %q", root)
+		}
+		grewFS = part
+		return nil
+	}
+	o.writeImage = func(context.Context, image.Options) (image.Result, error) { return image.Result{}, nil }
+	if err := o.Provision(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(fos.root, "etc/hostname")); string(b) != "node-7\n" {
+		t.Errorf("hostname = %q", b)
+	}
+	if grewFS.Path != "/dev/vda2" {
+		t.Errorf("grew filesystem on %+v", grewFS)
+	}
+	k := o.Kexec()
+	if k == nil || !strings.Contains(k.Cmdline, "root=UUID=abc") {
+		t.Fatalf("kexec target = %+v", k)
+	}
+	if b, _ := os.ReadFile(k.Kernel); string(b) != "KERNEL" {
+		t.Errorf("kexec kernel holds %q", b)
+	}
+	if b, _ := os.ReadFile(k.Initrd); string(b) != "INITRD" {
+		t.Errorf("kexec initrd holds %q", b)
+	}
+	if fos.mounts != 1 || fos.unmounts != 1 {
+		t.Errorf("mounted %d times, unmounted %d times", fos.mounts, fos.unmounts)
+	}
+}
+
+// A failure after the image was written unmounts the OS and leaves the disk
+// without partition tables at either end.
+func TestFailureAfterWriteMakesDiskUnbootable(t *testing.T) {
+	cfg := testConfig()
+	cfg.PostProvisionCommands = []string{"exit 3"}
+	cfg.Handoff = config.HandoffReboot
+	p := &recordingProvider{}
+	o, _ := newTestOrchestrator(t, cfg, p)
+	o.dumpDebugState = func(string) {}
+	fos := newFakeOS(t)
+	o.newTarget = func(string) osTarget { return fos }
+	path := filepath.Join(t.TempDir(), "disk")
+	data := bytes.Repeat([]byte{0xAB}, 4<<20)
+	os.WriteFile(path, data, 0o600)
+	o.selectDisk = func(config.DiskSpec) (*disk.Disk, error) { return &disk.Disk{Path: path, Size: int64(len(data))}, nil }
+	o.writeImage = func(context.Context, image.Options) (image.Result, error) { return image.Result{}, nil }
+	o.conf.SetRunner(&fakeRunner{Handle: func(fakeCall) ([]byte, []byte, error) {
+		return nil, []byte("boom"), &CommandError{Name: "bash", ExitCode: 3, Stderr: "boom"}
+	}})
+	err := o.Provision(context.Background())
+	if FailedStep(err) != StepPostProvision {
+		t.Fatalf("err = %v", err)
+	}
+	if fos.unmounts != 1 {
+		t.Errorf("unmounted %d times after the failure", fos.unmounts)
 	}
 	got, _ := os.ReadFile(path)
 	zero := make([]byte, wipeSpan)
 	if !bytes.Equal(got[:wipeSpan], zero) || !bytes.Equal(got[len(got)-wipeSpan:], zero) {
-		t.Fatal("ends not zeroed")
+		t.Fatal("disk ends not zeroed after a failure past the write")
 	}
 	if !bytes.Equal(got[wipeSpan:len(got)-wipeSpan], data[wipeSpan:len(got)-wipeSpan]) {
 		t.Fatal("middle changed")
 	}
-	if s := p.states(); s[len(s)-1] != "machine:deprovisioned" {
-		t.Fatalf("reports = %v", s)
+}
+
+// A failure before the write leaves the disk as it was.
+func TestFailureBeforeWriteTouchesNothing(t *testing.T) {
+	o, _ := newTestOrchestrator(t, testConfig(), &recordingProvider{})
+	o.dumpDebugState = func(string) {}
+	path := filepath.Join(t.TempDir(), "disk")
+	data := bytes.Repeat([]byte{0xAB}, 3<<20)
+	os.WriteFile(path, data, 0o600)
+	o.selectDisk = func(config.DiskSpec) (*disk.Disk, error) { return &disk.Disk{Path: path, Size: int64(len(data))}, nil }
+	o.writeImage = func(context.Context, image.Options) (image.Result, error) {
+		return image.Result{}, errors.New("checksum mismatch")
+	}
+	if err := o.Provision(context.Background()); FailedStep(err) != StepWriteImage {
+		t.Fatalf("err = %v", err)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, data) {
+		t.Fatal("the orchestrator changed the disk although the image was never written")
+	}
+}
+
+func TestSoftDeprovisionRenamesGrubCfg(t *testing.T) {
+	cfg := testConfig()
+	cfg.Mode = config.ModeSoftDeprovision
+	o, _ := newTestOrchestrator(t, cfg, &recordingProvider{})
+	fos := newFakeOS(t)
+	o.newTarget = func(string) osTarget { return fos }
+	if got, want := names(o.DeprovisionPlan()), []string{StepSelectDisk, StepMountRoot, StepDisableBoot, StepUnmountRoot}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("plan = %v, want %v", got, want)
+	}
+	if err := o.Deprovision(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"boot/grub/grub.cfg", "boot/efi/EFI/debian/grub.cfg"} {
+		if _, err := os.Stat(filepath.Join(fos.root, f)); !os.IsNotExist(err) {
+			t.Errorf("%s still there", f)
+		}
+		if _, err := os.Stat(filepath.Join(fos.root, f+disabledSuffix)); err != nil {
+			t.Errorf("%s not renamed: %v", f, err)
+		}
+	}
+	// A second soft deprovision finds nothing to disable: a clear error.
+	o2, _ := newTestOrchestrator(t, cfg, &recordingProvider{})
+	o2.dumpDebugState = func(string) {}
+	o2.newTarget = func(string) osTarget { return fos }
+	if err := o2.Deprovision(context.Background()); err == nil || !strings.Contains(err.Error(), "no grub.cfg") {
+		t.Fatalf("second soft deprovision: %v", err)
 	}
 }
 

@@ -27,7 +27,6 @@ func TestConfigDrive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Disk.RootPartitionSize = "keep"
 	// Both disks are virtio and the config drive is the smaller one, so
 	// Ironic's smallest-match rule would pick it: it must be protected as
 	// boot medium.

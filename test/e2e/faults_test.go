@@ -38,7 +38,6 @@ func TestDiskIOErrorIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Disk.RootPartitionSize = "keep"
 	m, st := provision(t, lab, harness.MachineSpec{
 		Config:      cfg,
 		InitialDisk: lab.FilePath(harness.DemoImage),

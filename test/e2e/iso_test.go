@@ -30,7 +30,6 @@ func TestISOBootWithConfigDrive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Disk.RootPartitionSize = "keep"
 	cfg.Server.URL = lab.GuestURL()
 	cfg.Server.Token = "iso-token"
 	drive := makeConfigDrive(t, cfg)

@@ -34,7 +34,6 @@ func TestPXEBootThroughIPXE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Disk.RootPartitionSize = "keep"
 	m, err := lab.AddMachine(harness.MachineSpec{Config: cfg, VMConfig: func(c *vm.Config) {
 		c.Kernel, c.Initrd, c.Append = "", "", ""
 		c.NetOptions = "bootfile=" + lab.GuestURL() + "/v1/boot.ipxe"

@@ -287,6 +287,7 @@ func (l *Lab) DemoConfig() (*config.MachineConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo config: %w", err)
 	}
+	no := false
 	return &config.MachineConfig{
 		APIVersion: config.APIVersion,
 		Mode:       config.ModeProvision,
@@ -295,8 +296,12 @@ func (l *Lab) DemoConfig() (*config.MachineConfig, error) {
 			Checksum:      zsum,
 			ImageChecksum: rawSum,
 		},
-		Disk:    config.DiskSpec{Device: "/dev/vda"},
-		Handoff: config.HandoffPoweroff,
+		// The demo image is a GPT with filesystems, not a bootable OS:
+		// write it as it is (no growth, no EFI entry) so the disk can be
+		// compared with it byte for byte.
+		Disk:         config.DiskSpec{Device: "/dev/vda", RootPartitionSize: config.RootPartitionKeep},
+		EFIBootEntry: &no,
+		Handoff:      config.HandoffPoweroff,
 		OnFailure: config.FailureSpec{
 			Action: config.FailurePoweroff,
 			Delay:  config.Duration{Duration: DefaultFailureDelay},

@@ -96,10 +96,11 @@ func TestLabServesDemoMachine(t *testing.T) {
 			Checksum:      "sha256:" + zstSum,
 			ImageChecksum: "sha256:" + rawSum,
 		},
-		Disk:      config.DiskSpec{Device: "/dev/vda"},
-		Handoff:   config.HandoffPoweroff,
-		OnFailure: config.FailureSpec{Action: config.FailurePoweroff, Delay: config.Duration{Duration: 5 * time.Second}},
-		Server:    config.ServerSpec{URL: lab.GuestURL(), Token: m.Token},
+		Disk:         config.DiskSpec{Device: "/dev/vda", RootPartitionSize: config.RootPartitionKeep},
+		Handoff:      config.HandoffPoweroff,
+		EFIBootEntry: new(bool),
+		OnFailure:    config.FailureSpec{Action: config.FailurePoweroff, Delay: config.Duration{Duration: 5 * time.Second}},
+		Server:       config.ServerSpec{URL: lab.GuestURL(), Token: m.Token},
 	}
 	gotJSON, _ := json.Marshal(c)
 	wantJSON, _ := json.Marshal(want)

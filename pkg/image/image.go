@@ -157,6 +157,9 @@ type Options struct {
 	// Log receives what happens; nil discards.
 	Log *slog.Logger
 
+	// denseWrites turns zero-run detection off (benchmarks compare).
+	denseWrites bool
+
 	// blindResume lets an HTTP download resume without a validator because
 	// a checksum will catch a changed file.
 	blindResume bool

@@ -619,6 +619,9 @@ const (
 // data run follows.
 func (w *writer) segments(off int64, data []byte, c *chunk, sink func(job) error) error {
 	n := len(data)
+	if w.o.denseWrites && n > 0 {
+		return sink(job{off: off, data: data, n: int64(n), c: c})
+	}
 	dataStart := -1
 	emitData := func(from, to int) error {
 		if err := w.flushZeroTo(sink); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	diskfsfile "github.com/diskfs/go-diskfs/backend/file"
@@ -18,6 +20,13 @@ import (
 )
 
 const mib = 1 << 20
+
+// sgdiskCache keeps the first and last MiB (all sgdisk writes) of each
+// image built, keyed by size and arguments: sgdisk sleeps a second per run.
+var sgdiskCache = struct {
+	sync.Mutex
+	m map[string][2][]byte
+}{m: map[string][2][]byte{}}
 
 // sgdiskImage creates an image file of imageMiB with sgdisk args applied,
 // then extends the file to diskMiB as an image write onto a bigger disk leaves it.
@@ -27,16 +36,42 @@ func sgdiskImage(t *testing.T, imageMiB, diskMiB int64, args ...string) string {
 		t.Skip("sgdisk not installed (apt-get install gdisk)")
 	}
 	p := filepath.Join(t.TempDir(), "disk.img")
-	if err := os.WriteFile(p, nil, 0o644); err != nil {
+	key := fmt.Sprint(imageMiB, args)
+	sgdiskCache.Lock()
+	c, ok := sgdiskCache.m[key]
+	sgdiskCache.Unlock()
+	if !ok {
+		src := filepath.Join(t.TempDir(), "src.img")
+		if err := os.WriteFile(src, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(src, imageMiB*mib); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("sgdisk", append(args, src)...).CombinedOutput(); err != nil {
+			t.Fatalf("sgdisk %v: %v\n%s", args, err, out)
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c = [2][]byte{b[:mib], b[len(b)-mib:]}
+		sgdiskCache.Lock()
+		sgdiskCache.m[key] = c
+		sgdiskCache.Unlock()
+	}
+	if err := os.WriteFile(p, c[0], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(p, imageMiB*mib); err != nil {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("sgdisk", append(args, p)...).CombinedOutput(); err != nil {
-		t.Fatalf("sgdisk %v: %v\n%s", args, err, out)
+	defer f.Close()
+	if _, err := f.WriteAt(c[1], imageMiB*mib-mib); err != nil {
+		t.Fatal(err)
 	}
-	if err := os.Truncate(p, diskMiB*mib); err != nil {
+	if err := f.Truncate(diskMiB * mib); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -99,6 +134,7 @@ func TestGrowGPT(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // sgdisk spends its time in sync(2)
 			img := sgdiskImage(t, 48, diskMiB, tt.args...)
 			before, _ := os.ReadFile(img)
 			if ok, out := sgdiskVerify(img); ok {

@@ -423,22 +423,6 @@ func TestSecureEraseUnsupportedTransport(t *testing.T) {
 	checkMarkers(t, img, ms)
 }
 
-func TestEncodeNVMePassthru(t *testing.T) {
-	b := encodeNVMePassthru(&NVMeCommand{Opcode: 0x80, NSID: 1, CDW10: 0x200, CDW11: 7, CDW15: 9, Data: make([]byte, 4096), Timeout: 3 * time.Second}, 0x1122334455667788)
-	want := make([]byte, 72)
-	want[0] = 0x80
-	binary.LittleEndian.PutUint32(want[4:], 1)
-	binary.LittleEndian.PutUint64(want[24:], 0x1122334455667788)
-	binary.LittleEndian.PutUint32(want[36:], 4096)
-	binary.LittleEndian.PutUint32(want[40:], 0x200)
-	binary.LittleEndian.PutUint32(want[44:], 7)
-	binary.LittleEndian.PutUint32(want[60:], 9)
-	binary.LittleEndian.PutUint32(want[64:], 3000)
-	if !bytes.Equal(b[:], want) {
-		t.Fatalf("passthru\n% x\nwant\n% x", b, want)
-	}
-}
-
 func TestIdentity(t *testing.T) {
 	d := Disk{Name: "sda", Size: 500 << 30, Model: "ST500", Serial: "ZA1", WWN: "0x5000c500a1b2c3d4", Tran: "sata",
 		ByPath: "/dev/disk/by-path/pci-0000:00:1f.2-ata-1.0", HCTL: "0:0:0:0", Vendor: "ATA"}

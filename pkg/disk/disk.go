@@ -1,6 +1,22 @@
-// Package disk discovers block devices from sysfs (without udev) and selects
-// the provisioning target with Ironic's root device hints. Later additions
-// (growing partitions, wiping) hang off the same Manager.
+// Package disk discovers block devices from sysfs (without udev), selects
+// the provisioning target with Ironic's root device hints, fixes up the
+// partition table and filesystem after an image write, and wipes disks for
+// deprovisioning. Everything runs with only the booty binary: partition
+// tables are read and written in Go, the kernel is told by ioctl, and
+// filesystems are grown with the installed OS's own tools in a chroot.
+//
+// After image.Write a caller runs, in order:
+//
+//	m.RereadPartitions(dev)          // kernel sees the image's table
+//	GrowGPT(f, size, GrowOptions{})  // backup GPT to the end, root partition grown
+//	m.RereadPartitions(dev)          // kernel sees the grown partition
+//	(mount root, bind /dev /proc /sys /run)
+//	GrowFilesystem(ctx, runner, root, partDev, "")
+//
+// System access hangs off Manager fields (Open, Ioctl, NVMe, ATA, Sleep)
+// so tests use plain files and fakes. The NVMe (NVME_IOCTL_ADMIN_CMD) and
+// ATA (SG_IO ATA PASS-THROUGH) secure erase paths are tested only against
+// fakes that check the command bytes: no test machine has such a disk.
 package disk
 
 import (

@@ -63,6 +63,11 @@ func (o *Orchestrator) stepRemoveEFIEntries(ctx context.Context) error {
 	}
 	o.log.Info("EFI boot entries removed", "disk", t.Path, "entries", names)
 	o.addDetail(map[string]string{"efiEntriesRemoved": strings.Join(names, ",")})
+	if o.listEFI != nil {
+		if left, err := o.listEFI(); err == nil {
+			o.addDetail(map[string]string{"efiEntriesLeft": strings.Join(left, ",")})
+		}
+	}
 	return nil
 }
 

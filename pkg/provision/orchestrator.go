@@ -98,6 +98,7 @@ type Orchestrator struct {
 	findBootEntry  func(root string) (*bootloader.BootEntry, error)
 	wipeDisk       func(ctx context.Context, d disk.Disk, opts disk.WipeOptions) (*disk.WipeReport, error)
 	removeEFI      func(partUUIDs map[string]bool) ([]uint16, error)
+	listEFI        func() ([]string, error)
 	readPartUUIDs  func(d *disk.Disk) (map[string]bool, error)
 	deployDir      string
 	kexecDir       string
@@ -151,6 +152,14 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 			p, ok := lo.Partition()
 			return ok && uuids[p.PartUUID]
 		})
+	}
+	o.listEFI = func() ([]string, error) {
+		entries, err := bootloader.EFIVars{Log: o.log}.BootEntries()
+		var left []string
+		for _, e := range entries {
+			left = append(left, fmt.Sprintf("Boot%04X", e.Num))
+		}
+		return left, err
 	}
 	o.readPartUUIDs = readPartUUIDs
 	return o
@@ -378,6 +387,11 @@ func (o *Orchestrator) growPartitionTable(ctx context.Context, d *disk.Disk, siz
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close %s: %w", d.Path, cerr)
 	}
+	if errors.Is(err, disk.ErrNoGPT) {
+		// An MBR image: booty grows GPT disks only; the image boots as written.
+		o.log.Warn("no GPT on the disk: partition table left as the image wrote it", "disk", d.Path)
+		return "not grown: no GPT", nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("grow the partition table of %s: %w", d.Path, err)
 	}
@@ -437,7 +451,13 @@ func (o *Orchestrator) stepEFIBootEntry(ctx context.Context) error {
 	if err := o.conf.RemoveEFIBootEntries(ctx); err != nil {
 		return err
 	}
-	return o.conf.CreateEFIBootEntry(ctx, t.Path, "")
+	if err := o.conf.CreateEFIBootEntry(ctx, t.Path, ""); err != nil {
+		return err
+	}
+	if order, err := o.conf.efiVars.BootOrder(); err == nil && len(order) > 0 {
+		o.addDetail(map[string]string{"efiBootEntry": fmt.Sprintf("Boot%04X", order[0])})
+	}
+	return nil
 }
 
 // stepPrepareKexec finds the installed OS's default boot entry and copies

@@ -5,7 +5,6 @@ package e2e
 import (
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -19,9 +18,8 @@ import (
 // its config from a second virtual medium labelled BOOTY.
 func TestISOBootWithConfigDrive(t *testing.T) {
 	a := buildArtifacts(t)
-	_, file, _, _ := runtime.Caller(0)
 	iso := filepath.Join(t.TempDir(), "booty.iso")
-	mkiso := filepath.Join(filepath.Dir(file), "..", "..", "hack", "mkiso.sh")
+	mkiso := filepath.Join(repoRoot(), "hack", "mkiso.sh")
 	if out, err := exec.Command("bash", mkiso, a.kernel, a.initrd, iso).CombinedOutput(); err != nil {
 		t.Fatalf("mkiso: %v\n%s", err, out)
 	}

@@ -50,8 +50,7 @@ func buildArtifacts(t *testing.T) artifacts {
 		if art.kernel != "" && art.initrd != "" && art.demo != "" {
 			return
 		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
+		root := repoRoot()
 		cmd := exec.Command("make", "-C", root, "initramfs", "demo-image")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -114,4 +113,10 @@ func stepStates(st api.MachineState) []string {
 		s = append(s, r.Step+":"+r.State)
 	}
 	return s
+}
+
+// repoRoot is the checkout this test file belongs to.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/test/harness"
 )
 
@@ -136,6 +137,31 @@ server: {url: {{.ServerURL}}, token: {{.Token}}}
 	}
 	if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
 		t.Fatalf("disk changed by a run whose config was refused: %v", err)
+	}
+}
+
+// Root device hints that match no disk fail select-disk with a message that
+// lists the disks seen and why each was rejected; nothing is written.
+func TestHintsMatchingNoDiskTouchNothing(t *testing.T) {
+	lab := newLab(t)
+	cfg, err := lab.DemoConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Disk.Device = ""
+	cfg.Disk.Hints = config.RootDeviceHints{"serial": "s== NO-SUCH-SERIAL", "size": ">= 1"}
+	m, st := provision(t, lab, harness.MachineSpec{Config: cfg, InitialDisk: lab.FilePath(harness.DemoImage)})
+	failed := failedStep(st)
+	if st.State != api.StateError || failed == nil || failed.Step != "select-disk" {
+		t.Fatalf("state %q, failed %+v; want error in select-disk", st.State, failed)
+	}
+	for _, want := range []string{"/dev/vda", "serial"} {
+		if !strings.Contains(failed.Error, want) {
+			t.Errorf("error does not mention %q: %q", want, failed.Error)
+		}
+	}
+	if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
+		t.Fatalf("disk changed although no disk matched: %v", err)
 	}
 }
 

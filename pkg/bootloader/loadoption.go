@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf16"
+
+	"github.com/booty-dev/booty/pkg/guid"
 )
 
 // Load option attributes (UEFI 2.10, 3.1.3).
@@ -110,7 +112,7 @@ func (n DevicePathNode) HardDrive() (PartitionInfo, bool) {
 		Number:   binary.LittleEndian.Uint32(d[0:4]),
 		StartLBA: binary.LittleEndian.Uint64(d[4:12]),
 		SizeLBA:  binary.LittleEndian.Uint64(d[12:20]),
-		PartUUID: formatGUID(d[20:36]),
+		PartUUID: guid.Format(d[20:36]),
 	}, true
 }
 
@@ -123,9 +125,9 @@ func (n DevicePathNode) String() string {
 	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypeFilePath:
 		return "File(" + decodeUTF16(n.Data) + ")"
 	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypePIWGFile && len(n.Data) == 16:
-		return "FvFile(" + formatGUID(n.Data) + ")"
+		return "FvFile(" + guid.Format(n.Data) + ")"
 	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypePIWGVolume && len(n.Data) == 16:
-		return "FvVol(" + formatGUID(n.Data) + ")"
+		return "FvVol(" + guid.Format(n.Data) + ")"
 	}
 	if p, ok := n.HardDrive(); ok {
 		return fmt.Sprintf("HD(%d,GPT,%s,0x%x,0x%x)", p.Number, p.PartUUID, p.StartLBA, p.SizeLBA)
@@ -185,9 +187,9 @@ func parseDevicePath(b []byte) (DevicePath, error) {
 // hardDriveNode builds a HARDDRIVE_MEDIA_DEVICE_PATH node for a GPT
 // partition. It fails when PartUUID is not a GUID.
 func hardDriveNode(p PartitionInfo) (DevicePathNode, error) {
-	g, err := parseGUID(p.PartUUID)
+	g, err := guid.Parse(p.PartUUID)
 	if err != nil {
-		return DevicePathNode{}, fmt.Errorf("encode partition %d: %w", p.Number, err)
+		return DevicePathNode{}, fmt.Errorf("encode partition %d: %w: %w", p.Number, err, ErrBadLoadOption)
 	}
 	d := make([]byte, hardDriveNodeLen-devicePathNodeHeaderLen)
 	binary.LittleEndian.PutUint32(d[0:4], p.Number)
@@ -290,33 +292,4 @@ func decodeUTF16(b []byte) string {
 		u = append(u, c)
 	}
 	return string(utf16.Decode(u))
-}
-
-// parseGUID parses "0fc63daf-8483-4772-8e79-3d69d8477de4" into the UEFI
-// byte order: the first three fields little-endian, the last two as
-// written.
-func parseGUID(s string) ([16]byte, error) {
-	var g [16]byte
-	t := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(s), "{"), "}")
-	f := strings.Split(t, "-")
-	if len(f) != 5 || len(f[0]) != 8 || len(f[1]) != 4 || len(f[2]) != 4 || len(f[3]) != 4 || len(f[4]) != 12 {
-		return g, fmt.Errorf("parse GUID %q: want 8-4-4-4-12 hex digits: %w", s, ErrBadLoadOption)
-	}
-	raw, err := hex.DecodeString(strings.Join(f, ""))
-	if err != nil {
-		return g, fmt.Errorf("parse GUID %q: %w", s, ErrBadLoadOption)
-	}
-	// Mixed endian: Data1 (4 bytes), Data2, Data3 (2 bytes each) reversed.
-	g[0], g[1], g[2], g[3] = raw[3], raw[2], raw[1], raw[0]
-	g[4], g[5] = raw[5], raw[4]
-	g[6], g[7] = raw[7], raw[6]
-	copy(g[8:], raw[8:])
-	return g, nil
-}
-
-// formatGUID is the inverse of parseGUID, in lower case.
-func formatGUID(b []byte) string {
-	return fmt.Sprintf("%08x-%04x-%04x-%x-%x",
-		binary.LittleEndian.Uint32(b[0:4]), binary.LittleEndian.Uint16(b[4:6]),
-		binary.LittleEndian.Uint16(b[6:8]), b[8:10], b[10:16])
 }

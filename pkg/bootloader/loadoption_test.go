@@ -169,10 +169,13 @@ func TestParseLoadOptionErrors(t *testing.T) {
 	}
 }
 
-func TestGUID(t *testing.T) {
+// TestHardDriveNodeGUID: the partition GUID goes into the node in the
+// mixed-endian order (pkg/guid tests the conversion itself) and comes back in
+// lower case; text that is not a GUID is a malformed load option.
+func TestHardDriveNodeGUID(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    string // hex of the UEFI byte order
+		want    string // hex of the signature bytes in the node
 		wantErr bool
 	}{
 		{in: "0FC63DAF-8483-4772-8E79-3D69D8477DE4", want: "af3dc60f83847247" + "8e793d69d8477de4"},
@@ -181,19 +184,19 @@ func TestGUID(t *testing.T) {
 		{in: "c12a7328-f81f-11d2-ba4b-00a0c93ec93z", wantErr: true},
 	}
 	for _, tt := range tests {
-		g, err := parseGUID(tt.in)
+		n, err := hardDriveNode(PartitionInfo{Number: 1, StartLBA: 2048, SizeLBA: 8, PartUUID: tt.in})
 		if tt.wantErr {
-			if err == nil {
-				t.Errorf("parseGUID(%q) succeeded", tt.in)
+			if !errors.Is(err, ErrBadLoadOption) {
+				t.Errorf("hardDriveNode(%q) = %v, want ErrBadLoadOption", tt.in, err)
 			}
 			continue
 		}
-		if err != nil || hex.EncodeToString(g[:]) != tt.want {
-			t.Errorf("parseGUID(%q) = %x, %v; want %s", tt.in, g, err, tt.want)
+		if err != nil || hex.EncodeToString(n.Data[20:36]) != tt.want {
+			t.Errorf("hardDriveNode(%q) signature = %x, %v; want %s", tt.in, n.Data[20:36], err, tt.want)
 		}
 		norm := strings.ToLower(strings.Trim(tt.in, "{}"))
-		if s := formatGUID(g[:]); s != norm {
-			t.Errorf("formatGUID = %s, want %s", s, norm)
+		if p, ok := n.HardDrive(); !ok || p.PartUUID != norm {
+			t.Errorf("HardDrive() = %+v, %v; want PartUUID %s", p, ok, norm)
 		}
 	}
 }

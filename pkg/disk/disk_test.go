@@ -269,7 +269,7 @@ func TestParseWWID(t *testing.T) {
 }
 
 func TestHumanSize(t *testing.T) {
-	tests := map[int64]string{0: "0 B", 512: "512 B", 20 << 30: "20 GiB", 3 << 29: "1.5 GiB", 2 << 40: "2 TiB"}
+	tests := map[int64]string{0: "0 B", 512: "512 B", 20 << 30: "20 GiB", 3 << 29: "1.5 GiB", 2 << 40: "2 TiB", 1000 << 30: "1000 GiB", 10<<40 + 1<<39: "10.5 TiB"}
 	for in, want := range tests {
 		if got := HumanSize(in); got != want {
 			t.Errorf("HumanSize(%d) = %q, want %q", in, got, want)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf16"
+
+	"github.com/booty-dev/booty/pkg/guid"
 )
 
 // GPT partition type GUIDs, lowercase, as sgdisk -i prints them.
@@ -20,12 +22,18 @@ const (
 	TypeLinuxFilesystem = "0fc63daf-8483-4772-8e79-3d69d8477de4"
 	TypeLinuxLVM        = "e6d6d379-f507-44c2-a23c-238f2a3df928"
 	TypeEFISystem       = "c12a7328-f81f-11d2-ba4b-00a0c93ec93b"
+	TypeXBOOTLDR        = "bc13c2ff-59e6-4262-a352-b275fd6f7172"
+	TypeBIOSBoot        = "21686148-6449-6e6f-744e-656564454649"
+	TypeLinuxSwap       = "0657fd6d-a4ab-43c4-84e5-0933c84b4f4f"
 )
 
 // Sentinels of the partition table functions, checked with errors.Is.
 var (
 	// ErrNoGPT: LBA 1 holds no "EFI PART" header for 512 or 4096-byte sectors.
 	ErrNoGPT = errors.New("no GPT header")
+	// ErrNoPartitionTable: neither a GPT nor an MBR signature; wrapped by
+	// ReadPartitionTable together with ErrNoGPT.
+	ErrNoPartitionTable = errors.New("no partition table")
 	// ErrBadGPT: the primary header or its entry array fails validation (CRC, sizes, positions).
 	ErrBadGPT = errors.New("invalid GPT")
 	// ErrNoRootPartition: GrowGPT found no partition to grow.
@@ -38,13 +46,18 @@ var (
 )
 
 // Partition is one entry of a partition table, in bytes. Type is the GPT
-// type GUID, or "0x83"-style for an MBR partition.
+// type GUID, or "0x83"-style for an MBR partition. GUIDs are lower case.
 type Partition struct {
 	Number int    `json:"number"`
 	Start  int64  `json:"start"`
 	Size   int64  `json:"size"`
 	Type   string `json:"type"`
-	Name   string `json:"name,omitempty"`
+	// Name is the GPT partition name (PARTLABEL).
+	Name string `json:"name,omitempty"`
+	// PartUUID is the GPT unique partition GUID; empty on MBR.
+	PartUUID string `json:"partUUID,omitempty"`
+	// MBRType is the MBR partition type byte (Type without "0x"); 0 on GPT.
+	MBRType byte `json:"mbrType,omitempty"`
 }
 
 // PartitionTable is what ReadPartitionTable found.
@@ -64,8 +77,8 @@ type PartitionTable struct {
 // ReadPartitionTable reads the primary GPT (validating its CRCs); when it
 // is missing or damaged, the backup GPT in the disk's last sector
 // (FromBackup); when there is no GPT at all, the four primary MBR entries (logical partitions are not
-// listed). Errors: ErrBadGPT for a GPT that fails validation; ErrNoGPT
-// wrapped when neither a GPT nor an MBR signature is present.
+// listed). Errors: ErrBadGPT for a GPT that fails validation; ErrNoGPT and
+// ErrNoPartitionTable wrapped when neither a GPT nor an MBR signature is present.
 func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) {
 	mbr := make([]byte, 512)
 	if _, err := r.ReadAt(mbr, 0); err != nil {
@@ -78,7 +91,7 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 				BackupHeaderOffset: int64(bg.myLBA) * bg.ss, BackupEntriesOffset: int64(bg.entriesLBA) * bg.ss}
 			for _, p := range bg.parts {
 				pt.Partitions = append(pt.Partitions, Partition{Number: p.number, Start: int64(p.first) * bg.ss,
-					Size: int64(p.last-p.first+1) * bg.ss, Type: p.typ, Name: p.name})
+					Size: int64(p.last-p.first+1) * bg.ss, Type: p.typ, Name: p.name, PartUUID: p.guid})
 			}
 			return pt, nil
 		}
@@ -88,7 +101,7 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 			BackupHeaderOffset: int64(g.altLBA) * g.ss}
 		for _, p := range g.parts {
 			pt.Partitions = append(pt.Partitions, Partition{Number: p.number, Start: int64(p.first) * g.ss,
-				Size: int64(p.last-p.first+1) * g.ss, Type: p.typ, Name: p.name})
+				Size: int64(p.last-p.first+1) * g.ss, Type: p.typ, Name: p.name, PartUUID: p.guid})
 		}
 		// The backup header says where its entries are; trust it only when valid.
 		if bh, err := parseHeader(r, int64(g.altLBA), g.ss); err == nil {
@@ -102,7 +115,7 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 		return nil, err
 	}
 	if mbr[510] != 0x55 || mbr[511] != 0xaa {
-		return nil, fmt.Errorf("read partition table: %w and no MBR signature", ErrNoGPT)
+		return nil, fmt.Errorf("read partition table: %w: %w and no MBR signature", ErrNoPartitionTable, ErrNoGPT)
 	}
 	pt := &PartitionTable{Kind: "dos", SectorSize: 512}
 	for i := range 4 {
@@ -114,7 +127,7 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 			continue // empty or extended container
 		}
 		pt.Partitions = append(pt.Partitions, Partition{Number: i + 1, Start: int64(start) * 512, Size: int64(n) * 512,
-			Type: fmt.Sprintf("0x%02x", typ)})
+			Type: fmt.Sprintf("0x%02x", typ), MBRType: typ})
 	}
 	return pt, nil
 }
@@ -214,11 +227,11 @@ func (g *gpt) parseEntries() error {
 	h := &g.gptHeader
 	for i := range int(h.numEntries) {
 		e := g.entries[i*int(h.entrySize):]
-		typ := formatGUID(e[0:16])
+		typ := guid.Format(e[0:16])
 		if typ == "00000000-0000-0000-0000-000000000000" {
 			continue
 		}
-		p := gptPart{index: i, number: i + 1, typ: typ, guid: formatGUID(e[16:32]),
+		p := gptPart{index: i, number: i + 1, typ: typ, guid: guid.Format(e[16:32]),
 			first: binary.LittleEndian.Uint64(e[32:]), last: binary.LittleEndian.Uint64(e[40:]), name: decodeName(e[56:128])}
 		if p.first > p.last || p.first < h.firstUsable || p.last > h.lastUsable {
 			return fmt.Errorf("%w: partition %d spans LBA %d-%d outside usable %d-%d", ErrBadGPT, p.number, p.first, p.last, h.firstUsable, h.lastUsable)
@@ -309,11 +322,6 @@ func (g *gpt) encodeHeader(myLBA, altLBA, entriesLBA, lastUsable uint64, entries
 	le.PutUint32(out[88:], entriesCRC)
 	le.PutUint32(out[16:], headerCRC(out[:g.size]))
 	return out
-}
-
-func formatGUID(b []byte) string {
-	le := binary.LittleEndian
-	return fmt.Sprintf("%08x-%04x-%04x-%x-%x", le.Uint32(b[0:4]), le.Uint16(b[4:6]), le.Uint16(b[6:8]), b[8:10], b[10:16])
 }
 
 func decodeName(b []byte) string {

@@ -225,7 +225,8 @@ func TestGrowGPTDiskSmallerThanImage(t *testing.T) {
 }
 
 func TestReadPartitionTable(t *testing.T) {
-	img := sgdiskImage(t, 64, 64, "-n", "1:2048:+8M", "-t", "1:ef00", "-c", "1:EFI system", "-n", "3:0:+20M", "-t", "3:8304")
+	img := sgdiskImage(t, 64, 64, "-n", "1:2048:+8M", "-t", "1:ef00", "-c", "1:EFI system", "-u", "1:8D3F1A2B-1111-4222-8333-944455556666",
+		"-n", "3:0:+20M", "-t", "3:8304", "-u", "3:0a1b2c3d-4e5f-4061-8273-8495a6b7c8d9")
 	f, _ := os.Open(img)
 	defer f.Close()
 	pt, err := ReadPartitionTable(f, 64*mib)
@@ -233,8 +234,8 @@ func TestReadPartitionTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Partition{
-		{Number: 1, Start: 1 * mib, Size: 8 * mib, Type: TypeEFISystem, Name: "EFI system"},
-		{Number: 3, Start: 9 * mib, Size: 20 * mib, Type: TypeLinuxRootX86_64},
+		{Number: 1, Start: 1 * mib, Size: 8 * mib, Type: TypeEFISystem, Name: "EFI system", PartUUID: "8d3f1a2b-1111-4222-8333-944455556666"},
+		{Number: 3, Start: 9 * mib, Size: 20 * mib, Type: TypeLinuxRootX86_64, PartUUID: "0a1b2c3d-4e5f-4061-8273-8495a6b7c8d9"},
 	}
 	if pt.Kind != "gpt" || len(pt.Partitions) != 2 || pt.Partitions[0] != want[0] || pt.Partitions[1] != want[1] {
 		t.Fatalf("table %+v, want %+v", pt, want)
@@ -251,11 +252,11 @@ func TestReadPartitionTable(t *testing.T) {
 	binary.LittleEndian.PutUint32(e[8:], 2048)
 	binary.LittleEndian.PutUint32(e[12:], 4096)
 	pt, err = ReadPartitionTable(bytes.NewReader(mbr), 1<<30)
-	if err != nil || pt.Kind != "dos" || len(pt.Partitions) != 1 || pt.Partitions[0] != (Partition{Number: 1, Start: 1 * mib, Size: 2 * mib, Type: "0x83"}) {
+	if err != nil || pt.Kind != "dos" || len(pt.Partitions) != 1 || pt.Partitions[0] != (Partition{Number: 1, Start: 1 * mib, Size: 2 * mib, Type: "0x83", MBRType: 0x83}) {
 		t.Fatalf("dos table %+v, %v", pt, err)
 	}
-	if _, err := ReadPartitionTable(bytes.NewReader(make([]byte, 1<<20)), 1<<20); !errors.Is(err, ErrNoGPT) {
-		t.Fatalf("empty disk: %v, want ErrNoGPT", err)
+	if _, err := ReadPartitionTable(bytes.NewReader(make([]byte, 1<<20)), 1<<20); !errors.Is(err, ErrNoGPT) || !errors.Is(err, ErrNoPartitionTable) {
+		t.Fatalf("empty disk: %v, want ErrNoGPT and ErrNoPartitionTable", err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,75 +12,31 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/fsprobe"
 )
 
-// Filesystem and volume names DetectFS returns, as blkid spells them.
+// Filesystem and volume names Grow takes and detects (fsprobe.Probe), as
+// blkid spells them.
 const (
-	FSExt2   = "ext2"
-	FSExt3   = "ext3"
-	FSExt4   = "ext4"
-	FSXFS    = "xfs"
-	FSBtrfs  = "btrfs"
-	FSSwap   = "swap"
-	FSLVM2PV = "LVM2_member"
+	FSExt2   = fsprobe.Ext2
+	FSExt3   = fsprobe.Ext3
+	FSExt4   = fsprobe.Ext4
+	FSXFS    = fsprobe.XFS
+	FSBtrfs  = fsprobe.Btrfs
+	FSSwap   = fsprobe.Swap
+	FSLVM2PV = fsprobe.LVM2PV
 )
 
-// Sentinels of DetectFS and GrowFilesystem.
+// Sentinels of GrowFilesystem.
 var (
-	// ErrUnknownFS: no known superblock was found.
-	ErrUnknownFS = errors.New("unknown filesystem")
+	// ErrUnknownFS: no known superblock was found (fsprobe.ErrUnknown).
+	ErrUnknownFS = fsprobe.ErrUnknown
 	// ErrUnsupportedFS: the filesystem is known but booty cannot grow it.
 	ErrUnsupportedFS = errors.New("filesystem cannot be grown")
 	// ErrNotMounted: the filesystem must be mounted inside the chroot to grow (xfs, btrfs).
 	ErrNotMounted = errors.New("filesystem is not mounted")
 )
-
-// DetectFS reads the superblocks at the start of r and names what it finds:
-// ext2/ext3/ext4 (magic 0xEF53 at byte 1080, told apart by feature flags),
-// xfs ("XFSB" at 0), btrfs ("_BHRfS_M" at 64 KiB + 64), swap
-// ("SWAPSPACE2" at 4086) or LVM2_member ("LABELONE" … "LVM2 001" in one of
-// the first four 512-byte sectors). A short device is read as far as it
-// goes. Errors: the read failed, or ErrUnknownFS.
-func DetectFS(r io.ReaderAt) (string, error) {
-	buf := make([]byte, 0x10000+0x48)
-	n, err := r.ReadAt(buf, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", fmt.Errorf("detect filesystem: read superblock: %w", err)
-	}
-	buf = buf[:n]
-	at := func(off int, s string) bool { return len(buf) >= off+len(s) && string(buf[off:off+len(s)]) == s }
-	le := binary.LittleEndian
-	switch {
-	case at(0, "XFSB"):
-		return FSXFS, nil
-	case len(buf) >= 1024+104 && le.Uint16(buf[1080:]) == 0xef53:
-		sb := buf[1024:]
-		compat, incompat, roCompat := le.Uint32(sb[0x5c:]), le.Uint32(sb[0x60:]), le.Uint32(sb[0x64:])
-		const (
-			compatJournal   = 0x4
-			incompatExt4    = 0x40 | 0x80 | 0x200 | 0x400 | 0x8000 // extents, 64bit, flex_bg, ea_inode, inline_data
-			roCompatExt4    = 0x8 | 0x10 | 0x20 | 0x40 | 0x400     // huge_file, gdt_csum, dir_nlink, extra_isize, metadata_csum
-			incompatJournal = 0x4                                  // journal device
-		)
-		switch {
-		case incompat&incompatExt4 != 0 || roCompat&roCompatExt4 != 0:
-			return FSExt4, nil
-		case compat&compatJournal != 0 || incompat&incompatJournal != 0:
-			return FSExt3, nil
-		}
-		return FSExt2, nil
-	case at(0x10040, "_BHRfS_M"):
-		return FSBtrfs, nil
-	case at(4086, "SWAPSPACE2"):
-		return FSSwap, nil
-	}
-	for s := range 4 {
-		if at(s*512, "LABELONE") && at(s*512+24, "LVM2 001") {
-			return FSLVM2PV, nil
-		}
-	}
-	return "", ErrUnknownFS
-}
 
 // Runner runs a program chrooted into root and returns what it wrote to
 // stdout and stderr. provision.ExecRunner implements it; the caller has
@@ -103,7 +58,7 @@ type FSGrower struct {
 	// RootLV is "VG/LV" of the LV to extend after pvresize; empty finds it
 	// from the device mounted at the chroot directory.
 	RootLV string
-	// Open opens partDev for DetectFS when fsType is empty (os.Open).
+	// Open opens partDev for fsprobe.Probe when fsType is empty (os.Open).
 	Open func(path string) (io.ReadCloser, error)
 	Log  *slog.Logger
 }
@@ -116,7 +71,7 @@ func GrowFilesystem(ctx context.Context, r Runner, chrootDir, partDev, fsType st
 	return (&FSGrower{Runner: r}).Grow(ctx, chrootDir, partDev, fsType)
 }
 
-// Grow detects the filesystem when fsType is empty (DetectFS on partDev),
+// Grow detects the filesystem when fsType is empty (fsprobe.Probe on partDev),
 // then runs:
 //   - ext2/3/4: resize2fs DEV (online when mounted; an unmounted filesystem
 //     that was mounted since its last check makes resize2fs ask for e2fsck,
@@ -149,11 +104,12 @@ func (g *FSGrower) Grow(ctx context.Context, chrootDir, partDev, fsType string) 
 			f.Close()
 			return fmt.Errorf("grow filesystem on %s: opened device cannot be read at offsets", partDev)
 		}
-		fsType, err = DetectFS(ra)
+		info, err := fsprobe.Probe(ra)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("grow filesystem on %s: %w", partDev, err)
 		}
+		fsType = info.Type
 	}
 	log.Info("grow filesystem", "device", partDev, "fs", fsType, "root", chrootDir)
 	switch strings.ToLower(fsType) {

@@ -72,65 +72,6 @@ func mkfsImage(t *testing.T, size int64, mkfs ...string) string {
 	return p
 }
 
-func TestDetectFS(t *testing.T) {
-	ext := func(compat, incompat, roCompat uint32) []byte {
-		b := make([]byte, 4096)
-		binary.LittleEndian.PutUint16(b[1080:], 0xef53)
-		binary.LittleEndian.PutUint32(b[1024+0x5c:], compat)
-		binary.LittleEndian.PutUint32(b[1024+0x60:], incompat)
-		binary.LittleEndian.PutUint32(b[1024+0x64:], roCompat)
-		return b
-	}
-	at := func(size, off int, s string) []byte {
-		b := make([]byte, size)
-		copy(b[off:], s)
-		return b
-	}
-	lvm := at(4096, 512, "LABELONE")
-	copy(lvm[512+24:], "LVM2 001")
-	tests := []struct {
-		name string
-		b    []byte
-		want string
-	}{
-		{"ext2", ext(0, 0x2, 0x1), FSExt2},
-		{"ext3", ext(0x4, 0x2, 0x1), FSExt3},
-		{"ext4", ext(0x4, 0x2|0x40|0x80|0x200, 0x1), FSExt4},
-		{"xfs", at(512, 0, "XFSB"), FSXFS},
-		{"btrfs", at(0x11000, 0x10040, "_BHRfS_M"), FSBtrfs},
-		{"swap", at(4096, 4086, "SWAPSPACE2"), FSSwap},
-		{"lvm pv label in sector 1", lvm, FSLVM2PV},
-		{"LABELONE without LVM2 type", at(4096, 512, "LABELONE"), ""},
-		{"zeros", make([]byte, 1<<17), ""},
-		{"tiny", make([]byte, 10), ""},
-	}
-	for _, tt := range tests {
-		got, err := DetectFS(&memDev{b: tt.b})
-		if got != tt.want || (tt.want == "") != errors.Is(err, ErrUnknownFS) {
-			t.Errorf("%s: DetectFS = %q, %v; want %q", tt.name, got, err, tt.want)
-		}
-	}
-	// Real filesystems made by their mkfs.
-	for _, mk := range []struct {
-		want string
-		cmd  []string
-		size int64
-	}{
-		{FSExt4, []string{"mkfs.ext4", "-q", "-F"}, 16 << 20},
-		{FSExt2, []string{"mkfs.ext2", "-q", "-F"}, 16 << 20},
-		{FSExt3, []string{"mkfs.ext3", "-q", "-F"}, 16 << 20},
-		{FSXFS, []string{"mkfs.xfs", "-q", "-f"}, 300 << 20},
-	} {
-		img := mkfsImage(t, mk.size, mk.cmd...)
-		f, _ := os.Open(img)
-		got, err := DetectFS(f)
-		f.Close()
-		if got != mk.want {
-			t.Errorf("%s image: DetectFS = %q, %v", mk.cmd[0], got, err)
-		}
-	}
-}
-
 // extBlocks reads an ext superblock's block count.
 func extBlocks(t *testing.T, img string) uint32 {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/humanize"
 )
 
 // Sentinels of Select, checked with errors.Is.
@@ -178,17 +179,9 @@ func (m *Manager) deviceIs(d Disk, want string) bool {
 	return d.ByPath != "" && filepath.Base(d.ByPath) == want
 }
 
-// HumanSize formats bytes with binary units, "20 GiB", "512 MiB", "1.5 TiB".
+// HumanSize formats bytes as humanize.Bytes does, in binary units, but
+// without ".0" on whole numbers as disk sizes mostly are: "20 GiB",
+// "512 MiB", "1.5 TiB".
 func HumanSize(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	v := float64(n)
-	i := 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	if v == float64(int64(v)) {
-		return fmt.Sprintf("%d %s", int64(v), units[i])
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
+	return strings.Replace(humanize.Bytes(n), ".0 ", " ", 1)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/booty-dev/booty/pkg/humanize"
 	"github.com/booty-dev/booty/pkg/image"
 )
 
@@ -147,8 +148,8 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 1
 	}
 	fmt.Fprintf(stdout, "wrote %s (%s, %s) to %s in %s, %s/s\n  served: %s\n  image:  %s\n",
-		*source, res.Format, humanBytes(res.ImageSize), *target, res.Duration.Round(time.Millisecond),
-		humanBytes(int64(float64(res.ImageSize)/max(res.Duration.Seconds(), 1e-3))), res.SourceDigest, res.ImageDigest)
+		*source, res.Format, humanize.Bytes(res.ImageSize), *target, res.Duration.Round(time.Millisecond),
+		humanize.Bytes(int64(float64(res.ImageSize)/max(res.Duration.Seconds(), 1e-3))), res.SourceDigest, res.ImageDigest)
 	return 0
 }
 
@@ -178,17 +179,17 @@ func (b *progressBar) update(p image.Progress) {
 			return
 		}
 		b.last = time.Now()
-		b.log.Info("image progress", "done", humanBytes(p.BytesDone), "total", humanBytes(p.BytesTotal),
-			"rate", humanBytes(int64(p.Rate))+"/s", "eta", p.ETA.Round(time.Second), "finished", p.Done)
+		b.log.Info("image progress", "done", humanize.Bytes(p.BytesDone), "total", humanize.Bytes(p.BytesTotal),
+			"rate", humanize.Bytes(int64(p.Rate))+"/s", "eta", p.ETA.Round(time.Second), "finished", p.Done)
 		return
 	}
-	line := fmt.Sprintf("%s  %s/s", humanBytes(p.BytesDone), humanBytes(int64(p.Rate)))
+	line := fmt.Sprintf("%s  %s/s", humanize.Bytes(p.BytesDone), humanize.Bytes(int64(p.Rate)))
 	if p.BytesTotal > 0 {
 		frac := min(float64(p.BytesDone)/float64(p.BytesTotal), 1)
 		const width = 30
 		n := int(frac * width)
 		line = fmt.Sprintf("%3.0f%% [%s%s] %s / %s  %s/s", frac*100, strings.Repeat("=", n), strings.Repeat(" ", width-n),
-			humanBytes(p.BytesDone), humanBytes(p.BytesTotal), humanBytes(int64(p.Rate)))
+			humanize.Bytes(p.BytesDone), humanize.Bytes(p.BytesTotal), humanize.Bytes(int64(p.Rate)))
 		if p.ETA > 0 {
 			line += "  ETA " + p.ETA.Round(time.Second).String()
 		}
@@ -197,18 +198,4 @@ func (b *progressBar) update(p image.Progress) {
 	if p.Done {
 		fmt.Fprintln(b.w)
 	}
-}
-
-// humanBytes formats n in binary units, e.g. "1.5 GiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

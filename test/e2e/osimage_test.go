@@ -124,8 +124,8 @@ func TestDebianImageProofReportsFiles(t *testing.T) {
 
 	extra := "booty was here\n"
 	files := map[string]string{
-		"/etc/booty-proof.d/files": "/etc/hostname\n# a comment\n\n/etc/booty-extra\n/etc/not-there\n",
-		"/etc/booty-extra":         extra,
+		"/etc/booty-proof.d/files":                            "/etc/hostname\n# a comment\n\n/etc/booty-extra\n/etc/not-there\n",
+		"/etc/booty-extra":                                    extra,
 		"/etc/systemd/system/kubelet.service.d/10-booty.conf": "[Service]\nEnvironment=\"KUBELET_EXTRA_ARGS=--node-ip=10.0.0.5\"\n",
 		"/var/lib/booty-proof/marker":                         "post-provision ran\n",
 	}

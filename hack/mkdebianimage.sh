@@ -420,7 +420,7 @@ cat >"$ROOT/etc/default/grub" <<'EOF'
 # booty test image. update-grub reads this; keep console=ttyS0.
 GRUB_DEFAULT=0
 GRUB_TIMEOUT=0
-GRUB_DISTRIBUTOR=`( . /etc/os-release; echo ${NAME:-Debian} ) 2>/dev/null || echo Debian`
+GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`
 GRUB_CMDLINE_LINUX_DEFAULT=""
 GRUB_CMDLINE_LINUX="console=ttyS0,115200"
 GRUB_TERMINAL=console

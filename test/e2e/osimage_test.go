@@ -16,6 +16,7 @@ import (
 
 	"github.com/booty-dev/booty/test/osimage"
 	"github.com/booty-dev/booty/test/vm"
+	"golang.org/x/sys/unix"
 )
 
 // debianBootTimeout bounds one boot of the Debian image to its proof's
@@ -168,4 +169,136 @@ func TestDebianImageProofReportsFiles(t *testing.T) {
 	if fmt.Sprint(gotFiles) != fmt.Sprint(wantFiles) {
 		t.Errorf("proof files = %v, want %v", gotFiles, wantFiles)
 	}
+}
+
+// TestDebianImageUpdateGrubInChroot does to a copy of the image what
+// booty's configurator does to a provisioned disk: mount the root
+// filesystem, give a chroot /dev, /proc and /sys, run update-grub in it,
+// and then boots the result. The root filesystem is a loop device over the
+// root partition's bytes (no partition scanning needed); the chroot's /dev
+// is a tmpfs holding the device nodes update-grub needs and the
+// /dev/disk/by-uuid link that makes 10_linux write root=UUID=, as an
+// initramfs without udev has to provide. The loop device's node is named
+// vda there (a disk without partitions, as grub-probe sees a loop device;
+// on the provisioned machine it is vda2 on vda): 10_linux writes no entry
+// at all for a root filesystem on /dev/loopN backed by a file.
+func TestDebianImageUpdateGrubInChroot(t *testing.T) {
+	dir := osimage.Ensure(t)
+	layout, err := osimage.ReadLayout(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	disk := filepath.Join(tmp, "disk.img")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("cp", "--sparse=always", filepath.Join(dir, osimage.Image), disk)
+	loop := strings.TrimSpace(run("losetup", "--find", "--show",
+		"--offset", fmt.Sprint(layout.RootStart), "--sizelimit", fmt.Sprint(layout.RootSize), disk))
+	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+
+	root := filepath.Join(tmp, "root")
+	var mounts []string
+	unmountAll := func() {
+		for i := len(mounts) - 1; i >= 0; i-- {
+			if out, err := exec.Command("umount", mounts[i]).CombinedOutput(); err != nil {
+				t.Errorf("umount %s: %v\n%s", mounts[i], err, out)
+			}
+		}
+		mounts = nil
+	}
+	t.Cleanup(unmountAll)
+	mount := func(target string, args ...string) {
+		t.Helper()
+		run("mount", append(args, target)...)
+		mounts = append(mounts, target)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mount(root, "-t", "ext4", loop)
+	mount(filepath.Join(root, "dev"), "-t", "tmpfs", "-o", "mode=0755", "chroot-dev")
+	mount(filepath.Join(root, "proc"), "-t", "proc", "proc")
+	mount(filepath.Join(root, "sys"), "--bind", "/sys")
+
+	// /dev: the usual character devices, the root device (as vda), and
+	// its by-uuid link.
+	var st syscallStat
+	if err := statDev(loop, &st); err != nil {
+		t.Fatal(err)
+	}
+	dev := filepath.Join(root, "dev")
+	for _, n := range []struct {
+		name         string
+		kind         string
+		major, minor uint32
+	}{
+		{"null", "c", 1, 3}, {"zero", "c", 1, 5}, {"random", "c", 1, 8}, {"urandom", "c", 1, 9},
+		{"vda", "b", st.major, st.minor},
+	} {
+		run("mknod", "-m", "0660", filepath.Join(dev, n.name), n.kind, fmt.Sprint(n.major), fmt.Sprint(n.minor))
+	}
+	// The mount table names the loop device; grub-probe takes its
+	// canonical path, which this link makes /dev/vda.
+	if err := os.Symlink("vda", filepath.Join(dev, filepath.Base(loop))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dev, "disk", "by-uuid"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../vda", filepath.Join(dev, "disk", "by-uuid", layout.RootFSUUID)); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command("chroot", root, "/usr/bin/env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "/usr/sbin/update-grub")
+	out, err := cmd.CombinedOutput()
+	t.Logf("update-grub:\n%s", out)
+	if err != nil {
+		t.Fatalf("update-grub in chroot: %v", err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(root, "boot", "grub", "grub.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{
+		"search --no-floppy --fs-uuid --set=root " + layout.RootFSUUID,
+		"linux\t/boot/vmlinuz-" + layout.KernelVersion + " root=UUID=" + layout.RootFSUUID + " ro ",
+		"console=ttyS0,115200",
+		"initrd\t/boot/initrd.img-" + layout.KernelVersion,
+	} {
+		if !strings.Contains(string(cfg), w) {
+			t.Errorf("grub.cfg from update-grub lacks %q:\n%s", w, cfg)
+		}
+	}
+	unmountAll()
+	run("losetup", "-d", loop)
+	if t.Failed() {
+		return
+	}
+
+	console := bootDebian(t, vm.Disk{Path: disk})
+	cmdline := osimage.ParseProof(console)["cmdline"]
+	for _, w := range []string{"root=UUID=" + layout.RootFSUUID, "console=ttyS0,115200"} {
+		if !strings.Contains(cmdline, w) {
+			t.Errorf("proof cmdline %q lacks %q after update-grub", cmdline, w)
+		}
+	}
+}
+
+type syscallStat struct{ major, minor uint32 }
+
+// statDev returns the device number of the block device at path.
+func statDev(path string, st *syscallStat) error {
+	var s unix.Stat_t
+	if err := unix.Stat(path, &s); err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	st.major, st.minor = unix.Major(uint64(s.Rdev)), unix.Minor(uint64(s.Rdev))
+	return nil
 }

@@ -333,8 +333,12 @@ func (b *bench) benchImage(ctx context.Context, im benchImage) ([]result, loopIn
 // did: a writer's target must hash to the image's sha256, a helper's stdout
 // must be what it should.
 func (b *bench) runOnce(ctx context.Context, im benchImage, loop *loopDev, j job) (sample, error) {
+	prep := time.Now()
 	if j.Writes {
 		if err := loop.discard(ctx); err != nil {
+			return sample{}, err
+		}
+		if err := flushBufs(loop.Dev); err != nil {
 			return sample{}, err
 		}
 	}
@@ -351,8 +355,9 @@ func (b *bench) runOnce(ctx context.Context, im benchImage, loop *loopDev, j job
 	if err := ctx.Err(); err != nil {
 		return sample{}, err
 	}
+	prepSeconds := time.Since(prep).Seconds()
 	out, err := runPipeline(ctx, b.env, j.Argvs)
-	s := sample{Seconds: out.Wall.Seconds(), MaxRSSKiB: out.MaxRSSKiB}
+	s := sample{Seconds: out.Wall.Seconds(), MaxRSSKiB: out.MaxRSSKiB, PrepSeconds: prepSeconds}
 	if err != nil {
 		s.Error = err.Error()
 		return s, err
@@ -363,7 +368,10 @@ func (b *bench) runOnce(ctx context.Context, im benchImage, loop *loopDev, j job
 		return s, err
 	}
 	if j.Writes {
-		if err := verifyTarget(loop.Dev, im.Size, im.Sums[im.file("")]); err != nil {
+		v := time.Now()
+		err := verifyTarget(loop.Dev, im.Size, im.Sums[im.file("")])
+		s.VerifySeconds = time.Since(v).Seconds()
+		if err != nil {
 			s.Error = err.Error()
 			return s, err
 		}

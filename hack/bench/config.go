@@ -24,6 +24,7 @@ type config struct {
 	Floors        bool
 	BootyChecksum string // "both", "source", "image"
 	Only          []string
+	Render        string // results.json to render again into Out, running nothing
 }
 
 const usage = `Usage:
@@ -48,10 +49,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.TargetDir, "target-dir", "/var/tmp", "`DIR` on a real disk for the loop devices' sparse backing files")
 	fs.IntVar(&c.Runs, "runs", 3, "runs of each contender; figures are medians (--quick: 1)")
 	fs.BoolVar(&c.Quick, "quick", false, "smoke test: 64 MiB images, one run")
-	fs.BoolVar(&c.DropCaches, "drop-caches", true, "sync and drop the page cache before every run")
+	fs.BoolVar(&c.DropCaches, "drop-caches", false, "also sync and drop the whole page cache before every run (slow on a busy machine: the sync waits for everyone's dirty data)")
 	fs.BoolVar(&c.Floors, "floors", true, "also time the decoders alone and the raw writes")
 	fs.StringVar(&c.BootyChecksum, "booty-checksum", "both", "checksums booty verifies: `both` (served file and image), source or image")
 	fs.StringSliceVar(&c.Only, "only", nil, "run only the `IMAGES` named (sparse, dense)")
+	fs.StringVar(&c.Render, "render", "", "only render `RESULTS_JSON` of an earlier run into --out (report.md, results.json), running nothing")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()

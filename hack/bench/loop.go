@@ -86,6 +86,20 @@ func (l *loopDev) detach() error {
 	return os.RemoveAll(l.dir)
 }
 
+// flushBufs writes back and drops the page cache of the block device dev
+// (BLKFLSBUF), so no run reads what the previous one left cached.
+func flushBufs(dev string) error {
+	f, err := os.Open(dev)
+	if err != nil {
+		return fmt.Errorf("flush buffers of %s: %w", dev, err)
+	}
+	defer f.Close()
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.BLKFLSBUF, 0); err != nil {
+		return fmt.Errorf("flush buffers of %s: %w", dev, err)
+	}
+	return nil
+}
+
 // syncAll writes back all dirty data of all file systems.
 func syncAll() { unix.Sync() }
 

@@ -54,6 +54,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
 	}
+	if cfg.Render != "" {
+		if err := render(cfg.Render, cfg.Out); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b := &bench{cfg: cfg, log: log, stdout: stdout}
 	if err := b.run(ctx); err != nil {

@@ -14,7 +14,11 @@ type sample struct {
 	Seconds   float64 `json:"seconds"`
 	MaxRSSKiB int64   `json:"max_rss_kib"`
 	Verified  bool    `json:"verified,omitempty"` // the target held the image afterwards
-	Error     string  `json:"error,omitempty"`
+	// Untimed work around the run: discard, cache flush and warm-up before,
+	// reading back and hashing the target after.
+	PrepSeconds   float64 `json:"prep_seconds"`
+	VerifySeconds float64 `json:"verify_seconds,omitempty"`
+	Error         string  `json:"error,omitempty"`
 }
 
 // result is every run of one job, with its summary.
@@ -215,9 +219,9 @@ func (r *report) markdown() string {
 		p("  - `%s.img`: %.0f MiB, %.0f MiB of it allocated (the rest are holes); zst %.0f MiB, gz %.0f MiB\n", im.Name,
 			float64(im.Size)/mib, float64(im.Allocated)/mib, float64(im.Files[im.file(".zst")])/mib, float64(im.Files[im.file(".gz")])/mib)
 	}
-	p("- Served by a Go `net/http` file server on 127.0.0.1, in the bench process. Before every run: the target is discarded (`blkdiscard`: all zeros, no blocks), ")
+	p("- Served by a Go `net/http` file server on 127.0.0.1, in the bench process. Before every run: the target is discarded (`blkdiscard`: all zeros, no blocks) and its page cache dropped (BLKFLSBUF), ")
 	if r.Config.DropCaches {
-		p("the page cache is synced and dropped, ")
+		p("the whole page cache is synced and dropped, ")
 	}
 	p("and the served file is read back into the page cache (a server holds a hot image in RAM); the clock runs from the start of the first process to the exit of the last.\n")
 	p("- After every write the first image-size bytes of the target are hashed and compared with the image's sha256: a writer that wrote wrong data fails the bench.\n")
@@ -259,29 +263,23 @@ func (r *report) markdown() string {
 
 	if r.Config.Floors {
 		p("## Distance from the floor\n\n")
-		hash := r.Config.BootyChecksum != "source"
-		dec := "Go decode"
-		if hash {
-			dec = "Go decode + sha256"
-		}
-		p("A pipelined writer can at best take as long as its slowest stage: floor = max(%s, data write). Data write is `dd conv=sparse oflag=direct` of the raw image onto the discarded target (the image's data blocks only); all-bytes write is the same without conv=sparse, for comparison.\n\n", dec)
-		p("| image | source | writer | writer s | %s s | data write s | all-bytes write s | floor s | writer ÷ floor |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n", dec)
+		p("On %d cores a pipelined writer can at best take as long as its slowest stage: floor = max(Go decode, data write), where hashing may run beside the decoder on another core; Go decode + sha256 (one goroutine, one after the other) is shown for reference. Data write is `dd conv=sparse oflag=direct` of the raw image onto the discarded target (the image's data blocks only); all-bytes write is the same without conv=sparse.\n\n", r.Machine.CPUs)
+		p("| image | source | writer | writer s | Go decode s | Go decode + sha256 s | data write s | all-bytes write s | floor s | writer ÷ floor |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, im := range r.Images {
 			for _, src := range []string{"zst", "gz"} {
 				for _, v := range r.bootyVariants() {
 					bt := r.find(im.Name, v, src)
 					name := "Go " + map[string]string{"zst": "zstd", "gz": "gzip"}[src]
-					if hash {
-						name += " + sha256"
-					}
 					d := r.find(im.Name, name, src)
+					dh := r.find(im.Name, name+" + sha256", src)
 					w := r.find(im.Name, "dd raw, data only", "raw")
 					all := r.find(im.Name, "dd raw, all bytes", "raw")
-					if bt == nil || d == nil || w == nil || all == nil {
+					if bt == nil || d == nil || dh == nil || w == nil || all == nil {
 						continue
 					}
 					floor := max(d.Median, w.Median)
-					p("| %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", im.Name, src, v, secs(bt.Median), secs(d.Median), secs(w.Median), secs(all.Median), secs(floor), bt.Median/floor)
+					p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", im.Name, src, v, secs(bt.Median), secs(d.Median), secs(dh.Median),
+						secs(w.Median), secs(all.Median), secs(floor), bt.Median/floor)
 				}
 			}
 		}
@@ -299,7 +297,7 @@ func (r *report) markdown() string {
 				mark = "PASS"
 			}
 			if t.Unit == "x" {
-				p("| %s | %.2fx | ≤ %.1fx | %s |\n", t.What, t.Measured, t.Limit, mark)
+				p("| %s | %.3fx | ≤ %.1fx | %s |\n", t.What, t.Measured, t.Limit, mark)
 			} else {
 				p("| %s | %.1f MiB | < %.0f MiB | %s |\n", t.What, t.Measured, t.Limit, mark)
 			}
@@ -375,4 +373,18 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// render reads the results.json of an earlier run and writes its report
+// again into dir, with the current report code.
+func render(results, dir string) error {
+	js, err := os.ReadFile(results)
+	if err != nil {
+		return fmt.Errorf("render report: %w", err)
+	}
+	var r report
+	if err := json.Unmarshal(js, &r); err != nil {
+		return fmt.Errorf("render report: parse %s: %w", results, err)
+	}
+	return r.write(dir)
 }

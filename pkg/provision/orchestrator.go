@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,6 +103,7 @@ type Orchestrator struct {
 	readPartUUIDs  func(d *disk.Disk) (map[string]bool, error)
 	deployDir      string
 	kexecDir       string
+	devDir         string
 }
 
 // NewOrchestrator creates an Orchestrator with the given dependencies. The
@@ -117,6 +119,7 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 		now:       time.Now,
 		deployDir: DefaultDeployDir,
 		kexecDir:  DefaultKexecDir,
+		devDir:    "/dev",
 	}
 	o.selectDisk = func(spec config.DiskSpec) (*disk.Disk, error) {
 		if o.disks == nil {
@@ -412,10 +415,35 @@ func (o *Orchestrator) stepMountRoot(ctx context.Context) error {
 	o.os = target
 	o.mu.Unlock()
 	o.conf.SetRootDir(target.Root())
+	o.linkDiskNodes(target.Partitions())
 	if p, ok := target.RootPartition(); ok {
 		o.addDetail(map[string]string{"root": p.String()})
 	}
 	return nil
+}
+
+// linkDiskNodes creates the /dev/disk/by-uuid, by-partuuid and by-label
+// links that udev would (the initramfs has no udev). The installed OS's
+// tools look for them: grub-mkconfig writes root=UUID=... only when
+// /dev/disk/by-uuid/<uuid> exists. Failures are logged, not fatal.
+func (o *Orchestrator) linkDiskNodes(parts []Partition) {
+	for _, p := range parts {
+		for dir, name := range map[string]string{"by-uuid": p.UUID, "by-partuuid": p.PartUUID, "by-label": p.Label} {
+			if name == "" || p.Path == "" || strings.ContainsAny(name, "/") {
+				continue
+			}
+			d := filepath.Join(o.devDir, "disk", dir)
+			link := filepath.Join(d, name)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				o.log.Warn("cannot create device links", "dir", d, "error", err)
+				return
+			}
+			_ = os.Remove(link)
+			if err := os.Symlink(p.Path, link); err != nil {
+				o.log.Warn("cannot create device link", "link", link, "error", err)
+			}
+		}
+	}
 }
 
 func (o *Orchestrator) mountedOS() (osTarget, error) {

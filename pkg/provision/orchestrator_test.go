@@ -77,6 +77,7 @@ func newTestOrchestrator(t *testing.T, cfg *config.MachineConfig, p config.Provi
 	o.efiBooted = func() bool { return false }
 	o.deployDir = filepath.Join(t.TempDir(), "deploy")
 	o.kexecDir = filepath.Join(t.TempDir(), "kexec")
+	o.devDir = filepath.Join(t.TempDir(), "dev")
 	o.growPartition = func(context.Context, *disk.Disk, int64) (string, error) { return "grown", nil }
 	o.growFilesystem = func(context.Context, string, Partition) error { return nil }
 	o.conf.SetRunner(&fakeRunner{})
@@ -340,7 +341,8 @@ func newFakeOS(t *testing.T) *fakeOS {
 	os.WriteFile(filepath.Join(root, "boot/initrd.img-6.1.0-1-amd64"), []byte("INITRD"), 0o644)
 	os.WriteFile(filepath.Join(root, "boot/grub/grub.cfg"), []byte("menuentry 'Debian' {\n linux /boot/vmlinuz-6.1.0-1-amd64 root=UUID=abc ro quiet\n initrd /boot/initrd.img-6.1.0-1-amd64\n}\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "boot/efi/EFI/debian/grub.cfg"), []byte("configfile $prefix/grub.cfg\n"), 0o644)
-	return &fakeOS{root: root, partition: Partition{Path: "/dev/vda2", Number: 2, FSType: "ext4"}}
+	return &fakeOS{root: root, partition: Partition{Path: "/dev/vda2", Number: 2, FSType: "ext4",
+		UUID: "fs-uuid-2", PartUUID: "part-uuid-2", Label: "root"}}
 }
 
 func TestProvisionConfiguresAndPreparesKexec(t *testing.T) {
@@ -381,6 +383,12 @@ func TestProvisionConfiguresAndPreparesKexec(t *testing.T) {
 	}
 	if fos.mounts != 1 || fos.unmounts != 1 {
 		t.Errorf("mounted %d times, unmounted %d times", fos.mounts, fos.unmounts)
+	}
+	// udev's links, which grub-mkconfig needs for root=UUID=.
+	for link, want := range map[string]string{"disk/by-uuid/fs-uuid-2": "/dev/vda2", "disk/by-partuuid/part-uuid-2": "/dev/vda2", "disk/by-label/root": "/dev/vda2"} {
+		if got, err := os.Readlink(filepath.Join(o.devDir, link)); err != nil || got != want {
+			t.Errorf("link %s -> %q (%v), want %s", link, got, err, want)
+		}
 	}
 }
 

@@ -51,7 +51,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.Quick, "quick", false, "smoke test: 64 MiB images, one run")
 	fs.BoolVar(&c.DropCaches, "drop-caches", false, "also sync and drop the whole page cache before every run (slow on a busy machine: the sync waits for everyone's dirty data)")
 	fs.BoolVar(&c.Floors, "floors", true, "also time the decoders alone and the raw writes")
-	fs.StringVar(&c.BootyChecksum, "booty-checksum", "both", "checksums booty verifies: `both` (served file and image), source or image")
+	fs.StringVar(&c.BootyChecksum, "booty-checksum", "source", "checksums booty verifies: `source` (the served file, as an operator gives it), image, or both")
 	fs.StringSliceVar(&c.Only, "only", nil, "run only the `IMAGES` named (sparse, dense)")
 	fs.StringVar(&c.Render, "render", "", "only render `RESULTS_JSON` of an earlier run into --out (report.md, results.json), running nothing")
 	fs.Usage = func() {

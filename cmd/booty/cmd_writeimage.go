@@ -147,9 +147,13 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "booty write-image: %v\n", err)
 		return 1
 	}
+	imgDigest := res.ImageDigest
+	if imgDigest == "" {
+		imgDigest = "(not computed: pass --image-checksum to verify the decompressed image)"
+	}
 	fmt.Fprintf(stdout, "wrote %s (%s, %s) to %s in %s, %s/s\n  served: %s\n  image:  %s\n",
 		*source, res.Format, humanize.Bytes(res.ImageSize), *target, res.Duration.Round(time.Millisecond),
-		humanize.Bytes(int64(float64(res.ImageSize)/max(res.Duration.Seconds(), 1e-3))), res.SourceDigest, res.ImageDigest)
+		humanize.Bytes(int64(float64(res.ImageSize)/max(res.Duration.Seconds(), 1e-3))), res.SourceDigest, imgDigest)
 	return 0
 }
 

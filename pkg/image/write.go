@@ -252,10 +252,12 @@ func (w *writer) run() (Result, error) {
 	format := DetectFormat(peek)
 	w.format = format
 	// The decompressed image is hashed only when its checksum was asked
-	// for: hashing every byte of a mostly-zero image costs as much as
-	// decoding it. For a raw image with one algorithm the served digest is
-	// the image digest.
-	if w.wantImg.algo != "" && (format != FormatRaw || algoOr(w.wantImg) != algoOr(w.want)) {
+	// for, or when nothing is verified at all (the digests are then the
+	// only record of what was written): hashing every byte of a mostly-zero
+	// image costs as much as decoding it. For a raw image with one
+	// algorithm the served digest is the image digest.
+	hashImage := w.wantImg.algo != "" || w.want.algo == ""
+	if hashImage && (format != FormatRaw || algoOr(w.wantImg) != algoOr(w.want)) {
 		w.ih = newHash(algoOr(w.wantImg))
 	}
 	hint, from := w.sizeHint(format, peek)

@@ -142,10 +142,9 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 	o.growFilesystem = func(ctx context.Context, root string, p Partition) error {
 		return disk.GrowFilesystem(ctx, ExecRunner{Log: o.log}, root, p.Path, p.FSType)
 	}
-	o.efiBooted = func() bool {
-		_, err := os.Stat("/sys/firmware/efi")
-		return err == nil
-	}
+	// One place decides whether this is a UEFI machine: the configurator,
+	// whose EFI methods refuse with ErrNotEFI otherwise.
+	o.efiBooted = func() bool { return o.conf.checkEFI() == nil }
 	o.findBootEntry = bootloader.DefaultEntry
 	o.wipeDisk = func(ctx context.Context, d disk.Disk, opts disk.WipeOptions) (*disk.WipeReport, error) {
 		return o.disks.Wipe(ctx, d, opts)

@@ -18,6 +18,9 @@ DEPS     ?= deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+	@echo
+	@echo 'BOOTY_QEMU_ACCEL=auto|kvm|tcg  accelerator of every QEMU of demo and e2e (default auto:'
+	@echo '                               KVM only when a probe guest runs under it, else TCG)'
 
 deps: ## install build and test dependencies (apt-get; needs root)
 	bash hack/deps.sh
@@ -55,7 +58,7 @@ export BOOTY_CACHE
 debian-image: $(DEPS) ## the bootable Debian test image, cached in BOOTY_CACHE/debian
 	bash hack/mkdebianimage.sh $(BOOTY_CACHE)/debian
 
-e2e: initramfs demo-image debian-image ## QEMU end-to-end tests (KVM when available, TCG otherwise)
+e2e: initramfs demo-image debian-image ## QEMU end-to-end tests (KVM when a probe guest runs under it, TCG otherwise)
 	BOOTY_KERNEL=$(CURDIR)/$(OUT)/vmlinuz BOOTY_INITRD=$(CURDIR)/$(OUT)/initramfs.img BOOTY_DEMO=$(CURDIR)/$(DEMO) \
 	BOOTY_BIN=$(CURDIR)/$(OUT)/booty BOOTY_DEBIAN=$(BOOTY_CACHE)/debian \
 		go test -count=1 -tags e2e -timeout 45m -v ./test/... ./pkg/initsys/...

@@ -49,8 +49,9 @@ The exit status is 0 only when the machine reported "provisioned", powered
 off, and its disk holds exactly the image; 1 otherwise; 2 for bad flags.
 
 Needs: make initramfs (out/vmlinuz, out/initramfs.img), make demo-image
-(out/demo), qemu-system-x86_64; KVM is used when /dev/kvm works, otherwise
-QEMU emulates (TCG), which takes minutes.
+(out/demo), qemu-system-x86_64. KVM is used when a probe guest runs under
+it, otherwise QEMU emulates (TCG, about a minute); BOOTY_QEMU_ACCEL=auto|kvm|tcg
+overrides the choice.
 
 Flags:
 `

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/initramfs"
+	"github.com/booty-dev/booty/test/vm"
 )
 
 // TestBootQEMU builds internal/testinit into an initramfs with the real
@@ -74,12 +76,16 @@ func TestBootQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	accel := []string{"-accel", "tcg"}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		accel = []string{"-accel", "kvm", "-cpu", "host"}
-	} else {
-		t.Logf("NOTE: /dev/kvm not usable (%v): booting with TCG emulation, expect ~10-30 s", err)
+	// The accelerator is chosen the way every VM test chooses it: by
+	// booting a tiny guest under KVM (vm.ChooseAccel), BOOTY_QEMU_ACCEL
+	// overriding.
+	choice, err := vm.ChooseAccel(context.Background(), qemu, "", vm.AccelAuto, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accel, err := vm.AccelArgs(choice)
+	if err != nil {
+		t.Fatal(err)
 	}
 	qargs := append([]string{qemu, "-m", "1024", "-nographic", "-no-reboot"}, accel...)
 	qargs = append(qargs,

@@ -36,8 +36,9 @@ const (
 // Accel is the QEMU accelerator a VM runs with.
 type Accel string
 
-// Accelerators. AccelAuto probes the KVM device and picks AccelKVM when it
-// opens read-write, AccelTCG otherwise.
+// Accelerators. AccelAuto lets BOOTY_QEMU_ACCEL decide and, when that is
+// unset or "auto", boots a tiny guest under KVM (ProbeKVMGuest) and picks
+// AccelKVM only when it ran, AccelTCG otherwise.
 const (
 	AccelAuto Accel = ""
 	AccelKVM  Accel = "kvm"
@@ -135,9 +136,10 @@ type Config struct {
 	// "tftp=/srv/tftp,bootfile=ipxe.efi".
 	NetOptions string
 
-	// Accel chooses the accelerator; AccelAuto probes KVMDevice.
+	// Accel chooses the accelerator; AccelAuto follows BOOTY_QEMU_ACCEL
+	// and otherwise probes KVM (see ChooseAccel).
 	Accel Accel
-	// KVMDevice is probed by AccelAuto; default DefaultKVMDevice.
+	// KVMDevice is the device the KVM probe opens; default DefaultKVMDevice.
 	KVMDevice string
 
 	// AllowReboot lets a guest reboot restart the VM; by default QEMU runs
@@ -242,14 +244,11 @@ func (c Config) args(accel Accel, varsPath string) ([]string, error) {
 		"-m", strconv.Itoa(c.Memory),
 		"-smp", strconv.Itoa(c.CPUs),
 	}
-	switch accel {
-	case AccelKVM:
-		a = append(a, "-enable-kvm", "-cpu", "host")
-	case AccelTCG:
-		a = append(a, "-accel", "tcg", "-cpu", "max")
-	default:
-		return nil, fmt.Errorf("%w: accelerator %q", ErrBadConfig, accel)
+	aa, err := AccelArgs(accel)
+	if err != nil {
+		return nil, err
 	}
+	a = append(a, aa...)
 	a = append(a,
 		"-nodefaults",
 		"-display", "none",

@@ -196,20 +196,6 @@ func TestShellQuote(t *testing.T) {
 	}
 }
 
-func TestProbeKVM(t *testing.T) {
-	dir := t.TempDir()
-	rw := filepath.Join(dir, "kvm")
-	if err := os.WriteFile(rw, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if !ProbeKVM(rw) {
-		t.Errorf("ProbeKVM(%s) = false for a read-write file", rw)
-	}
-	if ProbeKVM(filepath.Join(dir, "missing")) {
-		t.Errorf("ProbeKVM(missing) = true")
-	}
-}
-
 func TestPrepareVars(t *testing.T) {
 	dir := t.TempDir()
 	tmpl := filepath.Join(dir, "TEMPLATE.fd")

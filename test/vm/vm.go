@@ -56,27 +56,14 @@ type VM struct {
 	outMu   sync.Mutex    // serialises writes to Console and ConsoleLog
 }
 
-// ProbeKVM reports whether dev (empty: DefaultKVMDevice) opens read-write,
-// that is whether QEMU can use KVM.
-func ProbeKVM(dev string) bool {
-	if dev == "" {
-		dev = DefaultKVMDevice
-	}
-	f, err := os.OpenFile(dev, os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
-
-// Start checks cfg, picks the accelerator (logging which and why), prepares
+// Start checks cfg, picks the accelerator with ChooseAccel (logging which
+// and why; the KVM probe runs once per process), prepares
 // the UEFI variable store, and starts QEMU with the serial console on its
 // stdout. It returns once QEMU runs; the console is read in the background.
 // QEMU is killed when ctx is done or cfg.Timeout has passed. It fails, with
 // nothing left running, when QEMU is missing (ErrQEMUMissing), a kernel,
 // initrd, disk or firmware file does not exist, or the config is invalid
-// (ErrBadConfig).
+// (ErrBadConfig), or KVM was asked for and does not work (ErrKVMUnusable).
 func Start(ctx context.Context, cfg Config) (*VM, error) {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
@@ -89,18 +76,9 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 		return nil, fmt.Errorf("start vm: %w", err)
 	}
 
-	accel := cfg.Accel
-	switch accel {
-	case AccelAuto:
-		if ProbeKVM(cfg.KVMDevice) {
-			accel = AccelKVM
-			log.Info("vm: using KVM", "device", cfg.KVMDevice)
-		} else {
-			accel = AccelTCG
-			log.Warn("vm: KVM unavailable, using TCG software emulation (slow)", "device", cfg.KVMDevice)
-		}
-	case AccelKVM, AccelTCG:
-		log.Info("vm: accelerator set by config", "accel", accel)
+	accel, err := ChooseAccel(ctx, cfg.QEMU, cfg.KVMDevice, cfg.Accel, log)
+	if err != nil {
+		return nil, fmt.Errorf("start vm: %w", err)
 	}
 
 	var varsPath string

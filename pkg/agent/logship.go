@@ -10,6 +10,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/safego"
 )
 
 // maxPending bounds the lines buffered for the server; older lines are
@@ -100,6 +101,10 @@ func (q *shipQueue) add(l api.LogLine) {
 
 func (q *shipQueue) loop() {
 	defer close(q.closed)
+	// A panic stops shipping, not the agent: the console keeps every line.
+	defer safego.Recover("ship logs", func(err error) {
+		q.console.Handle(context.Background(), slog.NewRecord(time.Now(), slog.LevelError, "log shipping stopped: "+err.Error(), 0))
+	})
 	t := time.NewTicker(logShipInterval)
 	defer t.Stop()
 	for {

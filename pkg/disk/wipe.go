@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/booty-dev/booty/pkg/safego"
 )
 
 // ErrRefuseWipe: the disk is read-only, removable or the boot medium; Wipe writes nothing to it.
@@ -206,7 +208,7 @@ func (m *Manager) WipeAll(ctx context.Context, disks []Disk, opts WipeOptions) (
 	errs := make([]error, len(disks))
 	var wg sync.WaitGroup
 	for i, d := range disks {
-		wg.Go(func() {
+		safego.Go(&wg, "wipe "+d.Path, func(err error) { errs[i] = err }, func() {
 			rep, err := m.Wipe(ctx, d, opts)
 			reports[i], errs[i] = *rep, err
 		})

@@ -75,6 +75,9 @@ func DetectFormat(head []byte) Format {
 
 // decompressor wraps r in the decoder for f. The returned closer releases
 // decoder resources (zstd goroutines); it does not close r.
+// openDecoder is decompressor; tests wrap it to watch the decoder's life.
+var openDecoder = decompressor
+
 func decompressor(f Format, r io.Reader, o *Options) (io.Reader, func(), error) {
 	nop := func() {}
 	switch f {
@@ -167,6 +170,61 @@ func sizeHintFromTail(f Format, tail []byte) int64 {
 		return xzIndexSize(tail)
 	}
 	return 0
+}
+
+// gzipLowerBound returns the least decompressed size of a gzip file of
+// compressed bytes whose last ISIZE is isize: ISIZE is the size modulo
+// 2^32, and deflate never grows data by more than 5 bytes per 65535-byte
+// stored block, so a stream holds at least (compressed - header - 8) ×
+// 65535/65540 bytes. The result is isize plus the fewest 4 GiB wraps that
+// reach that; isize when the header cannot be measured from peek.
+func gzipLowerBound(isize, compressed int64, peek []byte) int64 {
+	hdr := gzipHeaderLen(peek)
+	if hdr <= 0 || compressed <= 0 {
+		return isize
+	}
+	least := (compressed - int64(hdr) - 8) / 65540 * 65535
+	n := isize
+	for n < least {
+		n += 1 << 32
+	}
+	return n
+}
+
+// gzipHeaderLen is the length of the gzip member header at the start of b
+// (RFC 1952: FEXTRA, FNAME, FCOMMENT, FHCRC), or 0 when it does not end
+// within b.
+func gzipHeaderLen(b []byte) int {
+	if len(b) < 10 || b[0] != 0x1f || b[1] != 0x8b {
+		return 0
+	}
+	flg, n := b[3], 10
+	if flg&0x04 != 0 { // FEXTRA
+		if len(b) < n+2 {
+			return 0
+		}
+		n += 2 + int(binary.LittleEndian.Uint16(b[n:]))
+	}
+	for _, bit := range []byte{0x08, 0x10} { // FNAME, FCOMMENT: zero-terminated
+		if flg&bit == 0 {
+			continue
+		}
+		if n >= len(b) {
+			return 0
+		}
+		i := bytes.IndexByte(b[n:], 0)
+		if i < 0 {
+			return 0
+		}
+		n += i + 1
+	}
+	if flg&0x02 != 0 { // FHCRC
+		n += 2
+	}
+	if n > len(b) {
+		return 0
+	}
+	return n
 }
 
 // xzIndexSize parses the stream footer and index at the end of tail and sums

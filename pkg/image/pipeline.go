@@ -6,6 +6,8 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+
+	"github.com/booty-dev/booty/pkg/safego"
 )
 
 // The served bytes travel in blocks of srcBlockSize through a chain of
@@ -34,7 +36,8 @@ type fetchChain struct {
 	h      hash.Hash
 }
 
-func startFetch(ctx context.Context, src io.Reader, h hash.Hash, wg interface{ Go(func()) }) *fetchChain {
+// A panic in either goroutine goes to onPanic before its channel closes.
+func startFetch(ctx context.Context, src io.Reader, h hash.Hash, wg interface{ Go(func()) }, onPanic func(error)) *fetchChain {
 	fc := &fetchChain{
 		free:   make(chan []byte, srcBlocks),
 		toHash: make(chan srcBlock, 2),
@@ -46,6 +49,7 @@ func startFetch(ctx context.Context, src io.Reader, h hash.Hash, wg interface{ G
 	}
 	wg.Go(func() {
 		defer close(fc.toHash)
+		defer safego.Recover("fetch", onPanic)
 		for {
 			var buf []byte
 			select {
@@ -73,6 +77,7 @@ func startFetch(ctx context.Context, src io.Reader, h hash.Hash, wg interface{ G
 	})
 	wg.Go(func() {
 		defer close(fc.toDec)
+		defer safego.Recover("hash the source", onPanic)
 		for b := range fc.toHash {
 			fc.h.Write(b.data)
 			fc.n.Add(int64(len(b.data)))

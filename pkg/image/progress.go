@@ -3,6 +3,8 @@ package image
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/booty-dev/booty/pkg/safego"
 )
 
 // reporter calls a Progress callback every interval from its own goroutine,
@@ -19,7 +21,7 @@ type reporter struct {
 	finished chan struct{}
 }
 
-func startReporter(fn func(Progress), interval time.Duration, total int64, written *atomic.Int64) *reporter {
+func startReporter(fn func(Progress), interval time.Duration, total int64, written *atomic.Int64, onPanic func(error)) *reporter {
 	now := time.Now()
 	r := &reporter{fn: fn, total: total, written: written, start: now, lastT: now, stop: make(chan struct{}), finished: make(chan struct{})}
 	if fn == nil {
@@ -28,6 +30,7 @@ func startReporter(fn func(Progress), interval time.Duration, total int64, writt
 	}
 	go func() {
 		defer close(r.finished)
+		defer safego.Recover("progress callback", onPanic)
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/booty-dev/booty/pkg/safego"
 )
 
 // Write streams opts.Source onto opts.Target and returns what it wrote.
@@ -119,7 +121,8 @@ func Write(ctx context.Context, opts Options) (Result, error) {
 		w.limit = o.TargetSize
 	}
 
-	res, err := w.run()
+	var res Result
+	err = safego.Call("write "+w.name, func() (err error) { res, err = w.run(); return err })
 	res.Duration = time.Since(start)
 	return res, err
 }
@@ -198,6 +201,7 @@ type writer struct {
 	written  atomic.Int64
 	stages   sync.WaitGroup
 	writers  sync.WaitGroup
+	closeDec func()       // releases the decoder once the stages have ended
 	zeroSkip atomic.Int64 // bytes of zero runs not written as data
 }
 
@@ -233,13 +237,16 @@ func (w *writer) run() (Result, error) {
 	defer func() {
 		w.cancel(nil)
 		w.stages.Wait()
+		if w.closeDec != nil {
+			w.closeDec()
+		}
 		for _, f := range w.bufs {
 			f()
 		}
 	}()
 
 	w.sh = newHash(algoOr(w.want))
-	w.fc = startFetch(w.ctx, w.src, w.sh, &w.stages)
+	w.fc = startFetch(w.ctx, w.src, w.sh, &w.stages, w.fail)
 	w.brd = &blockReader{fc: w.fc}
 	br := bufio.NewReaderSize(w.brd, 1<<20)
 	res := func() Result {
@@ -267,19 +274,22 @@ func (w *writer) run() (Result, error) {
 	if w.limit >= 0 && hint > w.limit {
 		return res(), fmt.Errorf("write %s to %s: image needs at least %d bytes (%s), target has %d: %w", w.srcName, w.name, hint, from, w.limit, ErrTargetTooSmall)
 	}
-	dec, closeDec, err := decompressor(format, br, w.o)
+	dec, closeDec, err := openDecoder(format, br, w.o)
 	if err != nil {
 		if e := w.brd.srcErr(); e != nil {
 			return res(), classifyFetch(w.ctx, e)
 		}
 		return res(), fmt.Errorf("write %s: %w", w.srcName, err)
 	}
-	defer closeDec()
+	// The decoder is closed only after every stage has ended (the first
+	// defer waits for them): closing it under the decode goroutine made zstd
+	// dereference its freed state, a kernel panic for PID 1.
+	w.closeDec = closeDec
 	direct := w.ft != nil && w.ft.Direct()
 	log.Info("writing image", "source", w.srcName, "target", w.name, "format", format, "size_hint", hint,
 		"target_size", w.limit, "direct", direct, "fresh_target", w.fresh, "bmap", w.bmap != nil)
 
-	rep := startReporter(w.o.Progress, w.o.ProgressInterval, hint, &w.written)
+	rep := startReporter(w.o.Progress, w.o.ProgressInterval, hint, &w.written, w.fail)
 	err = w.stream(dec, br)
 	rep.finish()
 
@@ -328,7 +338,16 @@ func (w *writer) sizeHint(f Format, peek []byte) (int64, string) {
 		w.o.Log.Debug("no image size hint from the source tail", "source", w.srcName, "err", err)
 		return 0, ""
 	}
-	return sizeHintFromTail(f, tail), fmt.Sprintf("declared in the %s trailer", f)
+	h := sizeHintFromTail(f, tail)
+	if f == FormatGzip {
+		// ISIZE is the size modulo 4 GiB: the compressed length says how
+		// many times it wrapped at least.
+		if b := gzipLowerBound(h, size, peek); b > h {
+			return b, fmt.Sprintf("gzip trailer size %d plus %d × 4 GiB, the least a %d-byte gzip stream holds", h, (b-h)>>32, size)
+		}
+		w.o.Log.Debug("gzip declares its size modulo 4 GiB only; a bigger image is found while writing", "isize", h)
+	}
+	return h, fmt.Sprintf("declared in the %s trailer", f)
 }
 
 func (w *writer) digests() (src, img string) {
@@ -358,12 +377,16 @@ func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
 	w.stages.Go(func() { w.hashLoop(decOut, hashOut) })
 	w.jobs = make(chan job, w.o.Writers)
 	for range w.o.Writers {
-		w.writers.Go(w.writeLoop)
+		safego.Go(&w.writers, "write "+w.name, w.fail, w.writeLoop)
 	}
-	err := w.dispatch(hashOut)
-	if err == nil {
-		err = w.flushZero()
-	}
+	// A panic while dispatching is the write's error: the writers still
+	// end, and the target is invalidated like on any other failure.
+	err := safego.Call("dispatch to "+w.name, func() error {
+		if err := w.dispatch(hashOut); err != nil {
+			return err
+		}
+		return w.flushZero()
+	})
 	close(w.jobs)
 	w.writers.Wait()
 	if err != nil {
@@ -383,6 +406,7 @@ func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
 // the stream ended in w.decErr (nil: dec and the source ended cleanly).
 func (w *writer) decodeLoop(dec io.Reader, br *bufio.Reader, out chan<- *chunk) {
 	defer close(out)
+	defer safego.Recover("decode "+w.srcName, w.fail)
 	var total int64
 	for {
 		var buf []byte
@@ -428,6 +452,7 @@ func (w *writer) decodeLoop(dec io.Reader, br *bufio.Reader, out chan<- *chunk) 
 // passes each chunk on.
 func (w *writer) hashLoop(in <-chan *chunk, out chan<- *chunk) {
 	defer close(out)
+	defer safego.Recover("hash "+w.srcName, w.fail)
 	for c := range in {
 		if w.ih != nil {
 			w.ih.Write(c.data)

@@ -3,6 +3,7 @@ package initsys
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/booty-dev/booty/pkg/safego"
 )
 
 // Reaper collects zombie orphans, which the kernel hands to PID 1, without
@@ -154,6 +157,8 @@ func (r *Reaper) Start() {
 	go func() {
 		defer close(r.done)
 		defer signal.Stop(sig)
+		// Zombies then pile up, but init lives on.
+		defer safego.Recover("reap children", func(err error) { fmt.Fprintln(os.Stderr, "booty: reaper stopped:", err) })
 		t := time.NewTicker(r.Interval)
 		defer t.Stop()
 		for {

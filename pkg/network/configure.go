@@ -21,6 +21,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/booty-dev/booty/pkg/safego"
 )
 
 // Sentinels of Configure, checked with errors.Is.
@@ -301,8 +303,16 @@ func dhcpAny(ctx context.Context, opts Options, links []netlink.Link) (*Result, 
 	ch := make(chan outcome, len(links))
 	for _, l := range links {
 		go func() {
-			res, err := dhcpLink(ctx, opts, l)
-			ch <- outcome{res, err}
+			err := safego.Call("dhcp on "+l.Attrs().Name, func() error {
+				res, err := dhcpLink(ctx, opts, l)
+				if err == nil {
+					ch <- outcome{res, nil}
+				}
+				return err
+			})
+			if err != nil {
+				ch <- outcome{nil, err}
+			}
 		}()
 	}
 	var errs []error

@@ -13,6 +13,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/health"
+	"github.com/booty-dev/booty/pkg/safego"
 )
 
 // Step represents a named provisioning step.
@@ -68,7 +69,9 @@ func (r runner) run(ctx context.Context, plan []Step) error {
 		o.log.Info("step started", "step", s.Name, "n", fmt.Sprintf("%d/%d", idx, total))
 		o.reportStatus(ctx, api.StatusReport{Step: s.Name, Index: idx, Total: total, State: api.StateStarted})
 		start := o.now()
-		err := s.Fn(ctx)
+		// A panic in a step is that step's error: it is reported and the
+		// failure policy runs, as for any other failure.
+		err := safego.Call("step "+s.Name, func() error { return s.Fn(ctx) })
 		d := o.now().Sub(start)
 		if err != nil {
 			o.log.Error("step failed", "step", s.Name, "n", fmt.Sprintf("%d/%d", idx, total),

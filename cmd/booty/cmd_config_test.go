@@ -40,7 +40,7 @@ cloudInit: {userData: "#cloud-config\npassword: PASSWORD123"}
 			bad + `: hostnme: unknown field (did you mean "hostname"?)` + "\n",
 			bad + ": image.url: required in mode provision\n",
 			bad + ": disk: device or hints is required",
-			bad + ": mellanox.numVFs: must not be negative, got -1\n",
+			bad + ": mellanox.numVFs: want 0 to 65535 (the PCI SR-IOV limit), got -1\n",
 		}, nil, nil},
 		{"validate missing file", []string{"validate", filepath.Join(dir, "nope.yaml")}, 1, []string{"no such file"}, nil, nil},
 		{"validate vars", []string{"validate", "--vars", vars}, 0, []string{vars + ": ok"}, nil, nil},

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 )
 
@@ -59,7 +58,7 @@ func runDisks(args []string) int {
 		return 0
 	}
 
-	spec := config.DiskSpec{Device: *device}
+	spec := disk.Spec{Device: *device}
 	if *hintsJSON != "" {
 		if err := json.Unmarshal([]byte(*hintsJSON), &spec.Hints); err != nil {
 			fmt.Fprintf(os.Stderr, "booty disks: parse --hints: %v\n", err)

@@ -96,6 +96,14 @@ type DiskSpec struct {
 	SecureErase bool `json:"secureErase,omitempty"`
 }
 
+// MaxFailureDelay bounds onFailure.delay: a machine waits at most a day
+// before its failure action.
+const MaxFailureDelay = 24 * time.Hour
+
+// MaxNumVFs bounds mellanox.numVFs: the SR-IOV capability's TotalVFs field
+// is 16 bits wide; mstconfig refuses more than the firmware allows.
+const MaxNumVFs = 65535
+
 // RootPartitionKeep as disk.rootPartitionSize leaves the image's partition
 // table as written: no partition grows and the backup GPT stays where the
 // image put it.

@@ -7,10 +7,14 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/image"
+	"github.com/booty-dev/booty/pkg/names"
+	"github.com/booty-dev/booty/pkg/network"
 )
 
 // ValidationError lists every problem found in a MachineConfig, each as
@@ -56,27 +60,8 @@ func (c *MachineConfig) Validate() error {
 	return nil
 }
 
-// Known Ironic root device hint keys.
-var hintKeys = map[string]bool{
-	"name": true, "wwn": true, "wwn_with_extension": true, "wwn_vendor_extension": true,
-	"serial": true, "size": true, "rotational": true, "vendor": true, "model": true,
-	"hctl": true, "by_path": true, "tran": true,
-}
-
-// Ironic hint operators (oslo.utils specs matcher).
-var hintOps = map[string]bool{
-	"=": true, "==": true, "!=": true, ">=": true, "<=": true, ">": true, "<": true,
-	"s==": true, "s!=": true, "s>=": true, "s<=": true, "s>": true, "s<": true,
-	"<in>": true, "<or>": true, "<all-in>": true,
-}
-
 var (
-	checksumRE  = regexp.MustCompile(`^(sha256:[0-9a-fA-F]{64}|sha512:[0-9a-fA-F]{128})$`)
-	sizeRE      = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?([KMGTP](i?B)?)?$`)
-	labelRE     = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	ociRepoRE   = regexp.MustCompile(`^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$`)
-	ociTagRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
-	ociDigestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$|^sha512:[0-9a-f]{128}$`)
+	checksumRE = regexp.MustCompile(`^(sha256:[0-9a-fA-F]{64}|sha512:[0-9a-fA-F]{128})$`)
 )
 
 func (c *MachineConfig) validate() []problem {
@@ -138,20 +123,15 @@ func (c *MachineConfig) validate() []problem {
 		add("disk.device", "want a path under /dev/, got %q", c.Disk.Device)
 	}
 	for _, k := range sortedKeys(c.Disk.Hints) {
-		field := "disk.hints." + k
-		if !hintKeys[k] {
-			add(field, "unknown root device hint, want one of name, wwn, wwn_with_extension, wwn_vendor_extension, serial, size, rotational, vendor, model, hctl, by_path, tran")
-			continue
-		}
-		if msg := checkHint(k, c.Disk.Hints[k]); msg != "" {
-			add(field, "%s", msg)
+		// select-disk parses them with the same function.
+		if _, err := disk.ParseHint(k, c.Disk.Hints[k]); err != nil {
+			add("disk.hints."+k, "%v", err)
 		}
 	}
 	if s := c.Disk.RootPartitionSize; s != "" && s != RootPartitionKeep {
-		if !sizeRE.MatchString(s) {
-			add("disk.rootPartitionSize", "want a size like \"20G\", \"512M\" or \"1T\", or \"keep\", got %q", s)
-		} else if f, _ := strconv.ParseFloat(strings.TrimRight(s, "KMGTPiB"), 64); f <= 0 {
-			add("disk.rootPartitionSize", "must be greater than zero, got %q", s)
+		// The grow step parses it with the same function.
+		if _, err := disk.ParseSize(s); err != nil {
+			add("disk.rootPartitionSize", "%v, or \"keep\"", err)
 		}
 	}
 
@@ -177,15 +157,18 @@ func (c *MachineConfig) validate() []problem {
 	}
 
 	for _, k := range sortedKeys(c.Kubelet.NodeLabels) {
-		if msg := checkLabelKey(k); msg != "" {
-			add("kubelet.nodeLabels."+k, "%s", msg)
+		// The configurator checks them with the same functions.
+		if err := names.LabelKey(k); err != nil {
+			add("kubelet.nodeLabels."+k, "%v", err)
 		}
-		if v := c.Kubelet.NodeLabels[k]; v != "" && !labelRE.MatchString(v) {
-			add("kubelet.nodeLabels."+k, "value %q is not a valid label value (at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends)", v)
+		if err := names.LabelValue(c.Kubelet.NodeLabels[k]); err != nil {
+			add("kubelet.nodeLabels."+k, "%v", err)
 		}
 	}
-	if strings.ContainsAny(c.Kubelet.ProviderID, " \t\n") {
-		add("kubelet.providerID", "must not contain whitespace")
+	if id := c.Kubelet.ProviderID; id != "" {
+		if err := names.ProviderID(id); err != nil {
+			add("kubelet.providerID", "%v", err)
+		}
 	}
 
 	for i, cmd := range c.PostProvisionCommands {
@@ -194,8 +177,8 @@ func (c *MachineConfig) validate() []problem {
 		}
 	}
 
-	if c.Mellanox.NumVFs < 0 {
-		add("mellanox.numVFs", "must not be negative, got %d", c.Mellanox.NumVFs)
+	if n := c.Mellanox.NumVFs; n < 0 || n > MaxNumVFs {
+		add("mellanox.numVFs", "want 0 to %d (the PCI SR-IOV limit), got %d", MaxNumVFs, n)
 	}
 
 	switch c.Handoff {
@@ -208,8 +191,8 @@ func (c *MachineConfig) validate() []problem {
 	default:
 		add("onFailure.action", "unknown action %q, want %s, %s or %s", c.OnFailure.Action, FailureReboot, FailureHold, FailurePoweroff)
 	}
-	if c.OnFailure.Delay.Duration < 0 {
-		add("onFailure.delay", "must not be negative, got %s", c.OnFailure.Delay.Duration)
+	if d := c.OnFailure.Delay.Duration; d < 0 || d > MaxFailureDelay {
+		add("onFailure.delay", "want 0s to %s, got %s", MaxFailureDelay, d)
 	}
 
 	// server
@@ -244,8 +227,10 @@ func (c *MachineConfig) validate() []problem {
 
 	// network
 	n := c.Network
-	if n.Interface != "" && (len(n.Interface) > 15 || strings.ContainsAny(n.Interface, "/: \t\n") || n.Interface == "." || n.Interface == "..") {
-		add("network.interface", "%q is not a valid link name (at most 15 characters, no '/', ':' or whitespace)", n.Interface)
+	if n.Interface != "" {
+		if err := network.CheckLinkName(n.Interface); err != nil {
+			add("network.interface", "%q: %v", n.Interface, err)
+		}
 	}
 	var prefix netip.Prefix
 	if n.Address != "" {
@@ -277,60 +262,22 @@ func (c *MachineConfig) validate() []problem {
 
 // checkHostname returns why h is not an RFC 1123 host name, or "".
 func checkHostname(h string) string {
-	if len(h) > 253 {
-		return fmt.Sprintf("%q is longer than 253 characters", truncate(h, 40))
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" {
-			return fmt.Sprintf("%q has an empty label", h)
-		}
-		if len(label) > 63 {
-			return fmt.Sprintf("%q has a label longer than 63 characters", truncate(h, 80))
-		}
-		if label[0] == '-' || label[len(label)-1] == '-' {
-			return fmt.Sprintf("%q is not an RFC 1123 host name: a label starts or ends with '-'", h)
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
-				return fmt.Sprintf("%q is not an RFC 1123 host name: only letters, digits, '-' and '.' are allowed", h)
-			}
-		}
+	if err := names.Hostname(h); err != nil {
+		return err.Error()
 	}
 	return ""
 }
 
-// checkImageURL allows http, https, file and the oci:// reference syntax.
+// checkImageURL checks an image source with pkg/image's grammar: its
+// scheme list and its OCI reference parser, which Write uses too.
 func checkImageURL(s string) string {
-	if rest, ok := strings.CutPrefix(s, "oci://"); ok {
-		return checkOCIRef(rest)
-	}
-	return checkURL(s, "http", "https", "file", "oci")
-}
-
-// checkOCIRef checks "registry[:port]/repository[:tag][@digest]".
-func checkOCIRef(ref string) string {
-	host, repo, ok := strings.Cut(ref, "/")
-	if !ok || host == "" || repo == "" {
-		return fmt.Sprintf("oci reference %q: want oci://REGISTRY/REPOSITORY[:TAG][@DIGEST]", ref)
-	}
-	if _, err := url.Parse("//" + host); err != nil || strings.ContainsAny(host, "@/ ") {
-		return fmt.Sprintf("oci reference %q: bad registry %q", ref, host)
-	}
-	name, digest, hasDigest := strings.Cut(repo, "@")
-	if hasDigest && !ociDigestRE.MatchString(digest) {
-		return fmt.Sprintf("oci reference %q: bad digest %q, want sha256: and 64 lower-case hex digits", ref, digest)
-	}
-	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
-		tag := name[i+1:]
-		name = name[:i]
-		if !ociTagRE.MatchString(tag) {
-			return fmt.Sprintf("oci reference %q: bad tag %q", ref, tag)
+	if strings.HasPrefix(s, "oci://") || strings.HasPrefix(s, "oci+http://") {
+		if _, err := image.ParseOCIRef(s); err != nil {
+			return err.Error()
 		}
+		return ""
 	}
-	if !ociRepoRE.MatchString(name) {
-		return fmt.Sprintf("oci reference %q: bad repository %q (lower-case letters, digits and . _ - separators)", ref, name)
-	}
-	return ""
+	return checkURL(s, image.SourceSchemes...)
 }
 
 // checkURL returns why s is not an absolute URL with one of schemes, or "".
@@ -354,8 +301,6 @@ func checkURL(s string, schemes ...string) string {
 		if u.User != nil {
 			return fmt.Sprintf("%q carries credentials in the URL; use server.token instead", u.Redacted())
 		}
-	case "oci":
-		return fmt.Sprintf("%q: want oci://REGISTRY/REPOSITORY[:TAG][@DIGEST]", s)
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
 			return fmt.Sprintf("%q: a file URL has no host, want file:///path", s)
@@ -363,81 +308,6 @@ func checkURL(s string, schemes ...string) string {
 		if !strings.HasPrefix(u.Path, "/") || len(u.Path) < 2 {
 			return fmt.Sprintf("%q: want file:///absolute/path", s)
 		}
-	}
-	return ""
-}
-
-// checkHint checks the value of one root device hint.
-func checkHint(k string, v any) string {
-	switch k {
-	case "size":
-		switch x := v.(type) {
-		case float64:
-			if x < 0 || x != float64(int64(x)) {
-				return fmt.Sprintf("want a whole number of GiB, got %v", x)
-			}
-			return ""
-		case string:
-			nums := 0
-			for _, tok := range strings.Fields(x) {
-				if hintOps[tok] {
-					continue
-				}
-				if _, err := strconv.ParseUint(tok, 10, 64); err != nil {
-					return fmt.Sprintf("want GiB with an optional operator like \">= 100\", got %q", x)
-				}
-				nums++
-			}
-			if nums == 0 {
-				return fmt.Sprintf("want GiB with an optional operator like \">= 100\", got %q", x)
-			}
-			return ""
-		}
-		return fmt.Sprintf("want a number of GiB, got %s", jsonKind(v))
-	case "rotational":
-		switch x := v.(type) {
-		case bool:
-			return ""
-		case string:
-			if _, err := strconv.ParseBool(strings.TrimSpace(x)); err == nil {
-				return ""
-			}
-		}
-		return fmt.Sprintf("want true or false, got %s", jsonKind(v))
-	}
-	s, ok := v.(string)
-	if !ok {
-		return fmt.Sprintf("want a string, got %s (quote it)", jsonKind(v))
-	}
-	toks := strings.Fields(s)
-	if len(toks) == 0 {
-		return "must not be empty"
-	}
-	if op := toks[0]; len(toks) > 1 && looksLikeOp(op) && !hintOps[op] {
-		return fmt.Sprintf("unknown operator %q", op)
-	}
-	if hintOps[toks[0]] && len(toks) == 1 {
-		return fmt.Sprintf("operator %q has no value", toks[0])
-	}
-	return ""
-}
-
-func looksLikeOp(tok string) bool {
-	return strings.HasPrefix(tok, "<") && strings.HasSuffix(tok, ">") ||
-		strings.Trim(tok, "s=!<>") == "" && len(tok) <= 3
-}
-
-// checkLabelKey checks a Kubernetes label key: [prefix/]name.
-func checkLabelKey(k string) string {
-	prefix, name, hasPrefix := strings.Cut(k, "/")
-	if !hasPrefix {
-		name, prefix = prefix, ""
-	}
-	if hasPrefix && checkHostname(prefix) != "" {
-		return fmt.Sprintf("key %q has an invalid prefix %q (want a DNS subdomain)", k, prefix)
-	}
-	if !labelRE.MatchString(name) {
-		return fmt.Sprintf("key %q is not a valid label name (at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends)", k)
 	}
 	return ""
 }

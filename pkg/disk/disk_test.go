@@ -8,8 +8,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/booty-dev/booty/pkg/config"
 )
 
 func TestDisksFromSysfs(t *testing.T) {
@@ -103,7 +101,7 @@ func TestBootMedium(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("boot medium = %v, want %v", got, want)
 	}
-	_, err = m.Select(config.DiskSpec{Device: "vda"}, 0)
+	_, err = m.Select(Spec{Device: "vda"}, 0)
 	if !errors.Is(err, ErrNoMatch) || !strings.Contains(err.Error(), "boot medium") {
 		t.Fatalf("select mounted disk: err = %v, want ErrNoMatch naming boot medium", err)
 	}
@@ -112,7 +110,7 @@ func TestBootMedium(t *testing.T) {
 func TestSelect(t *testing.T) {
 	tests := []struct {
 		name    string
-		spec    config.DiskSpec
+		spec    Spec
 		minSize int64
 		want    string // disk name, or "" for an error
 		errIs   error
@@ -140,18 +138,18 @@ func TestSelect(t *testing.T) {
 		{name: "rotational string", spec: hints("rotational", "yes"), want: "sda"},
 		{name: "several matches: smallest", spec: hints("rotational", false), want: "vda"},
 		{name: "minSize skips small", spec: hints("rotational", false), minSize: 50 << 30, want: "nvme0n1"},
-		{name: "device path", spec: config.DiskSpec{Device: "/dev/nvme0n1"}, want: "nvme0n1"},
-		{name: "device bare", spec: config.DiskSpec{Device: "sda"}, want: "sda"},
-		{name: "device by-path without udev", spec: config.DiskSpec{Device: "/dev/disk/by-path/pci-0000:00:05.0-nvme-1"}, want: "nvme0n1"},
-		{name: "device and hints both apply", spec: config.DiskSpec{Device: "sda", Hints: config.RootDeviceHints{"tran": "nvme"}}, errIs: ErrNoMatch},
-		{name: "removable never", spec: config.DiskSpec{Device: "sdb"}, errIs: ErrNoMatch, errHas: []string{"sdb", "removable"}},
+		{name: "device path", spec: Spec{Device: "/dev/nvme0n1"}, want: "nvme0n1"},
+		{name: "device bare", spec: Spec{Device: "sda"}, want: "sda"},
+		{name: "device by-path without udev", spec: Spec{Device: "/dev/disk/by-path/pci-0000:00:05.0-nvme-1"}, want: "nvme0n1"},
+		{name: "device and hints both apply", spec: Spec{Device: "sda", Hints: map[string]any{"tran": "nvme"}}, errIs: ErrNoMatch},
+		{name: "removable never", spec: Spec{Device: "sdb"}, errIs: ErrNoMatch, errHas: []string{"sdb", "removable"}},
 		{name: "read-only never", spec: hints("model", "PX05SMB040"), errIs: ErrNoMatch, errHas: []string{"sdc", "read-only"}},
-		{name: "too small", spec: config.DiskSpec{Device: "vda"}, minSize: 30 << 30, errIs: ErrNoMatch, errHas: []string{"smaller than required 30 GiB"}},
+		{name: "too small", spec: Spec{Device: "vda"}, minSize: 30 << 30, errIs: ErrNoMatch, errHas: []string{"smaller than required 30 GiB"}},
 		{name: "no match lists every disk", spec: hints("serial", "nope"),
 			errIs: ErrNoMatch, errHas: []string{"vda", "nvme0n1", "sda", "sdb", "sdc", `serial "ZA1B2C3D" does not match serial="s== nope"`, "Samsung SSD 980 PRO"}},
 		{name: "empty attribute never matches s!=", spec: hints("wwn", "s!= x", "tran", "virtio"), errIs: ErrNoMatch, errHas: []string{"has no wwn"}},
-		{name: "empty spec", spec: config.DiskSpec{}, errIs: ErrNoDiskSpec},
-		{name: "unknown hint", spec: hints("colour", "red"), errIs: ErrInvalidHints, errHas: []string{`unknown hint "colour"`, "by_path"}},
+		{name: "empty spec", spec: Spec{}, errIs: ErrNoDiskSpec},
+		{name: "unknown hint", spec: hints("colour", "red"), errIs: ErrInvalidHints, errHas: []string{`hint "colour": unknown root device hint`, "by_path"}},
 		{name: "size not integer", spec: hints("size", ">= big"), errIs: ErrInvalidHints, errHas: []string{`hint "size"`, `"big"`}},
 		{name: "size not positive", spec: hints("size", float64(-1)), errIs: ErrInvalidHints, errHas: []string{"positive"}},
 		{name: "size string op", spec: hints("size", "s== 10"), errIs: ErrInvalidHints, errHas: []string{"s=="}},
@@ -199,7 +197,7 @@ func TestSelectDeviceSymlink(t *testing.T) {
 	if err := os.Symlink("../../sda", filepath.Join(byID, "ata-ST500DM009_ZA1B2C3D")); err != nil {
 		t.Fatal(err)
 	}
-	d, err := m.Select(config.DiskSpec{Device: "/dev/disk/by-id/ata-ST500DM009_ZA1B2C3D"}, 0)
+	d, err := m.Select(Spec{Device: "/dev/disk/by-id/ata-ST500DM009_ZA1B2C3D"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,10 +276,10 @@ func TestHumanSize(t *testing.T) {
 }
 
 // hints builds a DiskSpec from key, value pairs.
-func hints(kv ...any) config.DiskSpec {
-	h := config.RootDeviceHints{}
+func hints(kv ...any) Spec {
+	h := map[string]any{}
 	for i := 0; i < len(kv); i += 2 {
 		h[kv[i].(string)] = kv[i+1]
 	}
-	return config.DiskSpec{Hints: h}
+	return Spec{Hints: h}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -525,7 +526,11 @@ func (g *gpt) pickRoot(number int) (gptPart, error) {
 // ParseSize parses a size as config's disk.rootPartitionSize spells it:
 // a number with an optional unit. K, M, G, T, P and KiB…PiB are powers of
 // 1024 ("20G" is 20 GiB, as sgdisk and growpart read it); KB…PB are powers
-// of 1000; no unit means bytes. Fractions are allowed ("1.5T").
+// of 1000; no unit means bytes. Fractions are allowed ("1.5T") when they
+// come to whole bytes. The size is at least one byte and fits an int64:
+// "0", "0.4" and "8192P" are errors, never a size that means "the rest of
+// the disk". This is the one size grammar of booty: config validation, the
+// grow step and the command-line flags all call it.
 func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
@@ -549,5 +554,14 @@ func ParseSize(s string) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("parse size %q: unknown unit %q, want K, M, G, T, P, KiB…PiB or KB…PB", s, unit)
 	}
-	return int64(v * m), nil
+	n := v * m
+	switch {
+	case n >= math.MaxInt64:
+		return 0, fmt.Errorf("parse size %q: too large, at most 8191P", s)
+	case n < 1:
+		return 0, fmt.Errorf("parse size %q: must be at least one byte", s)
+	case n != math.Trunc(n):
+		return 0, fmt.Errorf("parse size %q: not a whole number of bytes", s)
+	}
+	return int64(n), nil
 }

@@ -269,6 +269,9 @@ func TestParseSize(t *testing.T) {
 		{in: "20G", want: 20 << 30}, {in: "512M", want: 512 << 20}, {in: "1T", want: 1 << 40}, {in: "1.5T", want: 3 << 39},
 		{in: "20GiB", want: 20 << 30}, {in: "20GB", want: 20e9}, {in: "4096", want: 4096}, {in: "10k", want: 10 << 10},
 		{in: "", bad: true}, {in: "G", bad: true}, {in: "20X", bad: true}, {in: "-1G", bad: true},
+		// Once silently "fill the disk": an overflow to a negative size and a fraction of a byte.
+		{in: "8192P", bad: true}, {in: "0.4", bad: true}, {in: "0", bad: true}, {in: "0G", bad: true}, {in: "1.5", bad: true},
+		{in: "8191P", want: 8191 << 50}, {in: "0.5K", want: 512},
 	}
 	for _, tt := range tests {
 		got, err := ParseSize(tt.in)

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/booty-dev/booty/pkg/config"
 )
 
 // ErrInvalidHints is wrapped by every error ParseHints returns.
@@ -62,7 +61,8 @@ type Hints []Hint
 // rotational is a boolean or one of true/false/yes/no/on/off/1/0/t/f/y/n.
 // Errors wrap ErrInvalidHints and name the key and value. Empty hints parse
 // to an empty Hints.
-func ParseHints(h config.RootDeviceHints) (Hints, error) {
+// config.Validate calls it too, so what validates is what select-disk runs.
+func ParseHints(h map[string]any) (Hints, error) {
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)
@@ -70,22 +70,28 @@ func ParseHints(h config.RootDeviceHints) (Hints, error) {
 	sort.Strings(keys)
 	var out Hints
 	for _, key := range keys {
-		kind, ok := hintKeys[key]
-		if !ok {
-			valid := make([]string, 0, len(hintKeys))
-			for k := range hintKeys {
-				valid = append(valid, k)
-			}
-			sort.Strings(valid)
-			return nil, fmt.Errorf("%w: unknown hint %q, valid hints are %s", ErrInvalidHints, key, strings.Join(valid, ", "))
-		}
-		hint, err := parseHint(key, kind, h[key])
+		hint, err := ParseHint(key, h[key])
 		if err != nil {
 			return nil, fmt.Errorf("%w: hint %q: %w", ErrInvalidHints, key, err)
 		}
 		out = append(out, hint)
 	}
 	return out, nil
+}
+
+// ParseHint parses the value of one hint as ParseHints does; the error
+// names the problem but not the key (the caller has it).
+func ParseHint(key string, raw any) (Hint, error) {
+	kind, ok := hintKeys[key]
+	if !ok {
+		valid := make([]string, 0, len(hintKeys))
+		for k := range hintKeys {
+			valid = append(valid, k)
+		}
+		sort.Strings(valid)
+		return Hint{}, fmt.Errorf("unknown root device hint, want one of %s", strings.Join(valid, ", "))
+	}
+	return parseHint(key, kind, raw)
 }
 
 func parseHint(key string, kind hintKind, raw any) (Hint, error) {
@@ -180,6 +186,9 @@ func splitExpression(expr string) (op string, values []string, err error) {
 	if e == "" {
 		return "", nil, errors.New("expression is empty")
 	}
+	if tok, _, _ := strings.Cut(e, " "); looksLikeOp(tok) && !slices.Contains(operators, tok) {
+		return "", nil, fmt.Errorf("unknown operator %q in %q", tok, expr)
+	}
 	for _, o := range operators {
 		if strings.HasPrefix(e, o) {
 			op = o
@@ -208,6 +217,13 @@ func splitExpression(expr string) (op string, values []string, err error) {
 		return "", nil, fmt.Errorf("operator %s in %q takes one value", op, expr)
 	}
 	return op, values, nil
+}
+
+// looksLikeOp says whether tok is spelled like an operator ("<like>",
+// "=~"), so a typo is refused rather than compared as a literal value.
+func looksLikeOp(tok string) bool {
+	return len(tok) > 2 && strings.HasPrefix(tok, "<") && strings.HasSuffix(tok, ">") ||
+		tok != "" && strings.Trim(tok, "s=!<>~") == "" && len(tok) <= 3
 }
 
 // parseBool accepts oslo strutils.bool_from_string's strict spellings.

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/humanize"
 )
 
@@ -48,11 +47,19 @@ func (e *NoMatchError) Error() string {
 
 func (e *NoMatchError) Unwrap() error { return ErrNoMatch }
 
+// Spec says which disk to select: a device (a kernel name, a /dev path or
+// a /dev/disk/by-* link) and/or Ironic root device hints as ParseHints
+// reads them. config.DiskSpec carries the same two fields.
+type Spec struct {
+	Device string
+	Hints  map[string]any
+}
+
 // Evaluate judges every disk against spec and minSize, in Disks order. A disk
 // is rejected when it is removable, read-only, the boot medium, smaller than
 // minSize, not the named Device, or does not match the Hints; all reasons
 // are collected. Errors: listing disks failed, invalid hints, ErrNoDiskSpec.
-func (m *Manager) Evaluate(spec config.DiskSpec, minSize int64) ([]Candidate, error) {
+func (m *Manager) Evaluate(spec Spec, minSize int64) ([]Candidate, error) {
 	if spec.Device == "" && len(spec.Hints) == 0 {
 		return nil, ErrNoDiskSpec
 	}
@@ -98,7 +105,7 @@ func (m *Manager) Evaluate(spec config.DiskSpec, minSize int64) ([]Candidate, er
 // smallest (then by name), as Ironic picks among several matches. When no
 // disk qualifies the error is a *NoMatchError (errors.Is ErrNoMatch) listing
 // every disk with its main properties and why it was rejected.
-func (m *Manager) Select(spec config.DiskSpec, minSize int64) (*Disk, error) {
+func (m *Manager) Select(spec Spec, minSize int64) (*Disk, error) {
 	cands, err := m.Evaluate(spec, minSize)
 	if err != nil {
 		return nil, fmt.Errorf("select disk: %w", err)
@@ -131,7 +138,7 @@ func Choose(cands []Candidate) *Disk {
 	return &ok[0]
 }
 
-func describeSpec(spec config.DiskSpec) string {
+func describeSpec(spec Spec) string {
 	var parts []string
 	if spec.Device != "" {
 		parts = append(parts, "device "+spec.Device)

@@ -62,23 +62,24 @@ type registry struct {
 // source whose Digest is the layer digest.
 func openOCI(ctx context.Context, o *Options, u *url.URL) (source, error) {
 	name := u.Host + u.Path
-	repo, ref, ok := strings.Cut(strings.TrimPrefix(u.Path, "/"), "@")
-	if !ok || repo == "" || u.Host == "" {
-		return nil, fmt.Errorf("open OCI source %s: want oci://REGISTRY/REPO@sha256:HEX: %w", name, ErrBadSource)
+	oref, err := ParseOCIRef(o.Source)
+	if err != nil {
+		return nil, fmt.Errorf("open OCI source: %w: %w", err, ErrBadSource)
 	}
+	repo, ref := oref.Repository, oref.Digest
 	want, err := parseChecksum(ref)
-	if err != nil || want.algo != "sha256" {
-		return nil, fmt.Errorf("open OCI source %s: reference must pin a sha256 manifest digest: %w", name, ErrBadSource)
+	if err != nil {
+		return nil, fmt.Errorf("open OCI source %s: %w", name, err)
 	}
 	c, err := httpClient(o)
 	if err != nil {
 		return nil, err
 	}
 	scheme := "https"
-	if u.Scheme == "oci+http" {
+	if oref.PlainHTTP {
 		scheme = "http"
 	}
-	r := &registry{o: o, client: c, base: scheme + "://" + u.Host, repo: repo, token: o.OCIToken}
+	r := &registry{o: o, client: c, base: scheme + "://" + oref.Registry, repo: repo, token: o.OCIToken}
 
 	body, err := r.get(ctx, "/v2/"+repo+"/manifests/"+ref,
 		strings.Join([]string{MediaTypeOCIManifest, MediaTypeOCIArtifact, MediaTypeDockerManifest}, ", "))

@@ -48,7 +48,7 @@ func openSource(ctx context.Context, o *Options) (source, error) {
 		case "":
 		default:
 			if len(u.Scheme) > 1 { // "C:" style paths do not exist here; a one-letter scheme is a path
-				return nil, fmt.Errorf("open source %s: scheme %q not supported (http, https, file, oci): %w", redactURL(u), u.Scheme, ErrBadSource)
+				return nil, fmt.Errorf("open source %s: scheme %q not supported (%s): %w", redactURL(u), u.Scheme, strings.Join(SourceSchemes, ", "), ErrBadSource)
 			}
 		}
 	}

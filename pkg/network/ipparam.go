@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode"
 )
 
 // Method is how a link gets its address.
@@ -208,12 +209,26 @@ func autoconfMethod(v string) (Method, error) {
 	return "", fmt.Errorf("unknown autoconf %q (want off, none, on, any, dhcp, bootp or both)", v)
 }
 
-func checkDevice(name string) error {
-	if len(name) > 15 {
+func checkDevice(name string) error { return CheckLinkName(name) }
+
+// CheckLinkName checks a network interface name as the kernel's
+// dev_valid_name does: 1-15 bytes, not "." or "..", no '/', ':', whitespace
+// or control characters (a NUL would cut the name short in netlink). It is
+// the one grammar of a link name: config.Validate, ip= and the static
+// network configuration all call it.
+func CheckLinkName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("interface name is empty")
+	case len(name) > 15:
 		return errors.New("interface names are at most 15 characters")
+	case name == "." || name == "..":
+		return fmt.Errorf("%q is not an interface name", name)
 	}
-	if strings.ContainsAny(name, "/ \t") {
-		return errors.New("interface name contains '/' or whitespace")
+	for _, r := range name {
+		if r == '/' || r == ':' || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("interface name contains %q (no '/', ':', whitespace or control characters)", r)
+		}
 	}
 	return nil
 }

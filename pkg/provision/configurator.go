@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/booty-dev/booty/pkg/bootloader"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/names"
 )
 
 // DefaultDeployDir is the initramfs directory with files and commands
@@ -129,19 +129,10 @@ func (c *Configurator) SetStaleBootEntryNames(names ...string) { c.staleNames = 
 
 func (c *Configurator) root() targetFS { return targetFS{dir: c.rootDir} }
 
-// hostnameRE is one RFC 1123 label.
-var hostnameLabelRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
-
-// validHostname checks an RFC 1123 host name (labels of letters, digits,
-// hyphens; at most 253 characters).
+// validHostname checks an RFC 1123 host name, with config's grammar.
 func validHostname(h string) error {
-	if len(h) > 253 {
-		return fmt.Errorf("hostname %q is longer than 253 characters", h)
-	}
-	for _, l := range strings.Split(h, ".") {
-		if !hostnameLabelRE.MatchString(l) {
-			return fmt.Errorf("hostname %q: label %q is not 1-63 letters, digits or inner hyphens", h, l)
-		}
+	if err := names.Hostname(h); err != nil {
+		return fmt.Errorf("hostname %w", err)
 	}
 	return nil
 }
@@ -287,37 +278,12 @@ const (
 	kubeletExtraArgVar = "KUBELET_EXTRA_ARGS"
 )
 
-var (
-	labelNameRE   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	labelPrefixRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	providerIDRE  = regexp.MustCompile(`^[A-Za-z0-9._:/@+=~-]+$`)
-)
-
-// validLabel checks a Kubernetes label key (optional DNS-subdomain
-// prefix, "/", name of at most 63 characters) and value (empty or a name).
-func validLabel(k, v string) error {
-	name := k
-	if prefix, n, ok := strings.Cut(k, "/"); ok {
-		if len(prefix) > 253 || !labelPrefixRE.MatchString(prefix) {
-			return fmt.Errorf("node label key %q: prefix %q is not a DNS subdomain", k, prefix)
-		}
-		name = n
-	}
-	if !labelNameRE.MatchString(name) {
-		return fmt.Errorf("node label key %q: name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric", k)
-	}
-	if v != "" && !labelNameRE.MatchString(v) {
-		return fmt.Errorf("node label %q: value %q must be empty or 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric", k, v)
-	}
-	return nil
-}
-
 // kubeletArgs returns the validated kubelet flags for spec, labels sorted.
 func kubeletArgs(spec config.KubeletSpec) ([]string, error) {
 	var args []string
 	if spec.ProviderID != "" {
-		if !providerIDRE.MatchString(spec.ProviderID) {
-			return nil, fmt.Errorf("provider ID %q has characters other than letters, digits and ._:/@+=~-", spec.ProviderID)
+		if err := names.ProviderID(spec.ProviderID); err != nil {
+			return nil, err
 		}
 		args = append(args, "--provider-id="+spec.ProviderID)
 	}
@@ -331,8 +297,11 @@ func kubeletArgs(spec config.KubeletSpec) ([]string, error) {
 		})
 		var kv []string
 		for _, k := range keys {
-			if err := validLabel(k, spec.NodeLabels[k]); err != nil {
-				return nil, err
+			if err := names.LabelKey(k); err != nil {
+				return nil, fmt.Errorf("node label %w", err)
+			}
+			if err := names.LabelValue(spec.NodeLabels[k]); err != nil {
+				return nil, fmt.Errorf("node label %q: %w", k, err)
 			}
 			kv = append(kv, k+"="+spec.NodeLabels[k])
 		}

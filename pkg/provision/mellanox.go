@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/booty-dev/booty/pkg/config"
 )
 
 // MellanoxVendorID is the PCI vendor ID of Mellanox (NVIDIA networking).
@@ -139,8 +141,8 @@ func parseMstconfigQuery(out string) map[string]mstValue {
 // parameter, or any failing mstconfig run, is an error naming the device;
 // changed reports the devices set before the failure too.
 func (c *Configurator) SetupMellanox(ctx context.Context, numVFs int) (changed bool, err error) {
-	if numVFs < 0 {
-		return false, fmt.Errorf("setup mellanox: negative number of VFs %d", numVFs)
+	if numVFs < 0 || numVFs > config.MaxNumVFs {
+		return false, fmt.Errorf("setup mellanox: number of VFs %d out of range 0 to %d", numVFs, config.MaxNumVFs)
 	}
 	if numVFs == 0 {
 		return false, nil

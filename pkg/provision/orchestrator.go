@@ -125,7 +125,7 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 		if o.disks == nil {
 			return nil, errors.New("no disk manager")
 		}
-		return o.disks.Select(spec, 0)
+		return o.disks.Select(disk.Spec{Device: spec.Device, Hints: spec.Hints}, 0)
 	}
 	o.writeImage = image.Write
 	o.dumpDebugState = func(step string) {

@@ -135,14 +135,14 @@ func TestProvisionPlanNames(t *testing.T) {
 			for _, d := range tt.dirs {
 				os.MkdirAll(filepath.Join(o.deployDir, d), 0o755)
 			}
-			if got := names(o.ProvisionPlan()); !reflect.DeepEqual(got, tt.want) {
+			if got := stepNames(o.ProvisionPlan()); !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("plan = %v\nwant %v", got, tt.want)
 			}
 		})
 	}
 }
 
-func names(plan []Step) []string {
+func stepNames(plan []Step) []string {
 	var n []string
 	for _, s := range plan {
 		n = append(n, s.Name)
@@ -282,7 +282,7 @@ func TestDeprovisionHard(t *testing.T) {
 		wiped = opts
 		return &disk.WipeReport{Disk: d.Path, BytesZeroed: 4 << 20, Regions: 4, Discarded: true, SecureErase: "nvme-format-user-data-erase"}, nil
 	}
-	if got, want := names(o.DeprovisionPlan()), []string{StepSelectDisk, StepRemoveEFIEntries, StepWipeDisk}; !reflect.DeepEqual(got, want) {
+	if got, want := stepNames(o.DeprovisionPlan()), []string{StepSelectDisk, StepRemoveEFIEntries, StepWipeDisk}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("plan = %v, want %v", got, want)
 	}
 	if err := o.Deprovision(context.Background()); err != nil {
@@ -453,7 +453,7 @@ func TestSoftDeprovisionRenamesGrubCfg(t *testing.T) {
 	o, _ := newTestOrchestrator(t, cfg, &recordingProvider{})
 	fos := newFakeOS(t)
 	o.newTarget = func(string) osTarget { return fos }
-	if got, want := names(o.DeprovisionPlan()), []string{StepSelectDisk, StepMountRoot, StepDisableBoot, StepUnmountRoot}; !reflect.DeepEqual(got, want) {
+	if got, want := stepNames(o.DeprovisionPlan()), []string{StepSelectDisk, StepMountRoot, StepDisableBoot, StepUnmountRoot}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("plan = %v, want %v", got, want)
 	}
 	if err := o.Deprovision(context.Background()); err != nil {

@@ -24,7 +24,7 @@ func init() {
 func runDisks(args []string) int {
 	fs := pflag.NewFlagSet("disks", pflag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: booty disks [--json] [--hints JSON] [--device DEV] [--min-size BYTES]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: booty disks [--json] [--hints JSON] [--device DEV] [--min-size SIZE]\n\n"+
 			"Lists block devices from sysfs. With --hints (Ironic root device hints, e.g.\n"+
 			"'{\"size\": \">= 60\", \"rotational\": false}') or --device it shows which disk\n"+
 			"provisioning would select and why every other disk was rejected.\n\n")
@@ -33,14 +33,12 @@ func runDisks(args []string) int {
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	hintsJSON := fs.String("hints", "", "root device hints as a JSON object")
 	device := fs.String("device", "", "target device as in the config's disk.device (/dev/vda, vda, /dev/disk/by-path/...)")
-	minSize := fs.Int64("min-size", 0, "reject disks smaller than this many bytes")
+	var minSize sizeValue
+	fs.Var(&minSize, "min-size", "reject disks smaller than `SIZE`, like 60G or 4096 (bytes)")
 	sysRoot := fs.String("sys", "/sys", "sysfs root")
 	devRoot := fs.String("dev", "/dev", "device node root")
-	if err := fs.Parse(args); err != nil {
-		if err == pflag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, args, os.Stderr, "booty disks"); code >= 0 {
+		return code
 	}
 	m := disk.NewManager()
 	m.SysRoot, m.DevRoot = *sysRoot, *devRoot
@@ -65,7 +63,7 @@ func runDisks(args []string) int {
 			return 2
 		}
 	}
-	cands, err := m.Evaluate(spec, *minSize)
+	cands, err := m.Evaluate(spec, int64(minSize))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "booty disks: %v\n", err)
 		return 1

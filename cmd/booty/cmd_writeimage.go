@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -71,7 +70,8 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 	caCert := fs.String("ca-cert", "", "PEM `FILE` of CA certificates for https sources (default: system pool)")
 	progress := fs.Bool("progress", false, "show progress: a bar on a terminal, a log line every 5 s otherwise")
 	insecure := fs.Bool("insecure-skip-verify", false, "write without any checksum (the image is not verified)")
-	targetSize := fs.Int64("target-size", 0, "use at most `BYTES` of the target (default: its whole size; unlimited for a file)")
+	var targetSize sizeValue
+	fs.Var(&targetSize, "target-size", "use at most `SIZE` of the target, like 64M or 20G (default: its whole size; unlimited for a file)")
 	bmap := fs.String("bmap", "", "bmaptool bmap `URL` or path: verify mapped ranges, skip unmapped ones")
 	fresh := fs.Bool("fresh-target", false, "the target is freshly wiped (reads as zeros): skip zero ranges entirely")
 	noDirect := fs.Bool("no-direct", false, "do not use O_DIRECT writes (for benchmarking)")
@@ -80,11 +80,8 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprint(stderr, writeImageUsage+"\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, args, stderr, "booty write-image"); code >= 0 {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "booty write-image: "+format+"\n\n", a...)
@@ -113,7 +110,7 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		ImageChecksum:   *imageChecksum,
 		AllowUnverified: *insecure,
 		Target:          *target,
-		TargetSize:      *targetSize,
+		TargetSize:      int64(targetSize),
 		Bmap:            *bmap,
 		FreshTarget:     *fresh,
 		NoDirect:        *noDirect,

@@ -66,3 +66,40 @@ func TestRunWriteImage(t *testing.T) {
 		})
 	}
 }
+
+// Every usage error names the flag and what it accepts, exit status 2;
+// sizes take disk.rootPartitionSize's suffixes.
+func TestUsageErrorsNameTheFlag(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(args []string, stderr *bytes.Buffer) int
+		args []string
+		want []string
+	}{
+		{"write-image size with suffix is not a usage error", writeImage, []string{"--target-size", "64M"}, []string{"--source is required"}},
+		{"write-image bad size", writeImage, []string{"--source", "x", "--target", "y", "--target-size", "8192P"}, []string{`"--target-size"`, "8192P", "64M"}},
+		{"write-image fraction of a byte", writeImage, []string{"--target-size", "0.4"}, []string{`"--target-size"`, "at least one byte"}},
+		{"write-image unknown flag", writeImage, []string{"--bogus"}, []string{"unknown flag: --bogus", "booty write-image --help"}},
+		{"write-image missing value", writeImage, []string{"--source"}, []string{"flag needs an argument: --source"}},
+		{"config validate unknown flag", func(args []string, stderr *bytes.Buffer) int {
+			return runConfig(append([]string{"validate"}, args...), &bytes.Buffer{}, stderr)
+		}, []string{"--bogus"}, []string{"unknown flag: --bogus"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			if code := tt.run(tt.args, &stderr); code != 2 {
+				t.Errorf("exit status %d, want 2", code)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+func writeImage(args []string, stderr *bytes.Buffer) int {
+	return runWriteImage(context.Background(), args, &bytes.Buffer{}, stderr)
+}

@@ -13,6 +13,8 @@ import (
 var (
 	// ErrSecureEraseUnsupported: the disk's transport or controller offers no secure erase booty can run.
 	ErrSecureEraseUnsupported = errors.New("secure erase not supported")
+	// ErrSecureEraseMultiNamespace: the NVMe erase would also erase other namespaces of the controller (disks nobody selected).
+	ErrSecureEraseMultiNamespace = errors.New("secure erase would erase other namespaces")
 	// ErrATAFrozen: the drive's security state is frozen (by firmware at boot); a suspend/resume or hot plug unfreezes it.
 	ErrATAFrozen = errors.New("ATA security is frozen")
 	// ErrATASecurityEnabled: the drive already has a user password or is locked; booty does not know it.
@@ -145,6 +147,29 @@ func (m *Manager) nvmeErase(ctx context.Context, f BlockDevice, d Disk, timeout 
 	le := binary.LittleEndian
 	oacs := le.Uint16(ctrl[256:])
 	sanicap := le.Uint32(ctrl[328:])
+	fna := ctrl[524]
+	mm := nvmeNSRe.FindStringSubmatch(d.Name)
+	if mm == nil {
+		return "", fmt.Errorf("secure erase %s: no namespace id in name %q: %w", d.Path, d.Name, ErrSecureEraseUnsupported)
+	}
+	nsid64, _ := strconv.ParseUint(mm[1], 10, 32)
+	nsid := uint32(nsid64)
+	// Sanitize always erases every namespace of the controller, and Format
+	// NVM does when FNA says so: only the selected disk may be erased, so
+	// refuse unless its namespace is the controller's only active one.
+	others, err := m.otherNamespaces(f, nsid)
+	if err != nil {
+		return "", fmt.Errorf("secure erase %s: list active namespaces: %w", d.Path, err)
+	}
+	allNS := sanicap&0x7 != 0 || fna&0x3 != 0
+	if len(others) > 0 && allNS {
+		what := "sanitize"
+		if sanicap&0x7 == 0 {
+			what = "format (FNA: applies to all namespaces)"
+		}
+		return "", fmt.Errorf("secure erase %s: the controller also has namespaces %v and its %s would erase them too; nothing erased: %w",
+			d.Path, others, what, ErrSecureEraseMultiNamespace)
+	}
 	if sanicap&0x7 != 0 {
 		sanact, method := uint32(3), "nvme-sanitize-overwrite"
 		switch {
@@ -186,12 +211,6 @@ func (m *Manager) nvmeErase(ctx context.Context, f BlockDevice, d Disk, timeout 
 	if oacs&0x2 == 0 {
 		return "", fmt.Errorf("secure erase %s: controller supports neither sanitize nor format: %w", d.Path, ErrSecureEraseUnsupported)
 	}
-	mm := nvmeNSRe.FindStringSubmatch(d.Name)
-	if mm == nil {
-		return "", fmt.Errorf("secure erase %s: no namespace id in name %q: %w", d.Path, d.Name, ErrSecureEraseUnsupported)
-	}
-	nsid64, _ := strconv.ParseUint(mm[1], 10, 32)
-	nsid := uint32(nsid64)
 	ns := make([]byte, 4096)
 	if _, err := m.NVMe.AdminCommand(f, &NVMeCommand{Opcode: nvmeOpIdentify, NSID: nsid, CDW10: 0, Data: ns, Timeout: 10 * time.Second}); err != nil {
 		return "", fmt.Errorf("secure erase %s: identify namespace %d: %w", d.Path, nsid, err)
@@ -208,6 +227,26 @@ func (m *Manager) nvmeErase(ctx context.Context, f BlockDevice, d Disk, timeout 
 		return method, fmt.Errorf("secure erase %s: format namespace %d: %w", d.Path, nsid, err)
 	}
 	return method, nil
+}
+
+// otherNamespaces returns the controller's active namespace IDs other than
+// nsid (Identify CNS 02h, the active namespace ID list).
+func (m *Manager) otherNamespaces(f BlockDevice, nsid uint32) ([]uint32, error) {
+	list := make([]byte, 4096)
+	if _, err := m.NVMe.AdminCommand(f, &NVMeCommand{Opcode: nvmeOpIdentify, NSID: 0, CDW10: 2, Data: list, Timeout: 10 * time.Second}); err != nil {
+		return nil, err
+	}
+	var others []uint32
+	for i := 0; i+4 <= len(list); i += 4 {
+		id := binary.LittleEndian.Uint32(list[i:])
+		if id == 0 {
+			break
+		}
+		if id != nsid {
+			others = append(others, id)
+		}
+	}
+	return others, nil
 }
 
 // ataErase runs the ATA security erase: IDENTIFY DEVICE (security feature

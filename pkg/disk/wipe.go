@@ -157,6 +157,9 @@ func (m *Manager) wipe(ctx context.Context, d Disk, opts WipeOptions, rep *WipeR
 		if method != "" && err == nil {
 			rep.SecureErase = method
 		}
+		if errors.Is(err, ErrSecureEraseMultiNamespace) {
+			return err // refused before anything was erased, on any disk
+		}
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -230,6 +230,7 @@ type fakeNVMe struct {
 	ctrl, ns []byte
 	sstat    []uint16 // sanitize status returned per log read
 	failOp   map[uint8]error
+	active   []uint32 // active namespace IDs; nil: only 2 (nvme0n2)
 	cmds     []NVMeCommand
 }
 
@@ -245,6 +246,14 @@ func (f *fakeNVMe) AdminCommand(_ BlockDevice, c *NVMeCommand) (uint32, error) {
 		copy(c.Data, f.ctrl)
 	case c.Opcode == nvmeOpIdentify && c.CDW10 == 0:
 		copy(c.Data, f.ns)
+	case c.Opcode == nvmeOpIdentify && c.CDW10 == 2:
+		ids := f.active
+		if ids == nil {
+			ids = []uint32{2}
+		}
+		for i, id := range ids {
+			binary.LittleEndian.PutUint32(c.Data[4*i:], id)
+		}
 	case c.Opcode == nvmeOpGetLogPage:
 		s := f.sstat[0]
 		if len(f.sstat) > 1 {
@@ -255,8 +264,11 @@ func (f *fakeNVMe) AdminCommand(_ BlockDevice, c *NVMeCommand) (uint32, error) {
 	return 0, nil
 }
 
-func nvmeCtrl(oacs uint16, sanicap uint32) []byte {
+func nvmeCtrl(oacs uint16, sanicap uint32) []byte { return nvmeCtrlFNA(oacs, sanicap, 0) }
+
+func nvmeCtrlFNA(oacs uint16, sanicap uint32, fna byte) []byte {
 	b := make([]byte, 4096)
+	b[524] = fna
 	binary.LittleEndian.PutUint16(b[256:], oacs)
 	binary.LittleEndian.PutUint32(b[328:], sanicap)
 	return b
@@ -280,24 +292,36 @@ func TestSecureEraseNVMe(t *testing.T) {
 	}{
 		{name: "sanitize crypto erase", nvme: &fakeNVMe{ctrl: nvmeCtrl(0x2, 0x7), sstat: []uint16{2, 2, 1}},
 			wantMethod: "nvme-sanitize-crypto-erase",
-			wantCmds:   []cmd{{0x06, 0, 1}, {0x84, 0, 4}, {0x02, 0xffffffff, 127<<16 | 0x81}, {0x02, 0xffffffff, 127<<16 | 0x81}, {0x02, 0xffffffff, 127<<16 | 0x81}}},
+			wantCmds:   []cmd{{0x06, 0, 1}, {0x06, 0, 2}, {0x84, 0, 4}, {0x02, 0xffffffff, 127<<16 | 0x81}, {0x02, 0xffffffff, 127<<16 | 0x81}, {0x02, 0xffffffff, 127<<16 | 0x81}}},
 		{name: "sanitize block erase", nvme: &fakeNVMe{ctrl: nvmeCtrl(0, 0x2), sstat: []uint16{4}},
-			wantMethod: "nvme-sanitize-block-erase", wantCmds: []cmd{{0x06, 0, 1}, {0x84, 0, 2}, {0x02, 0xffffffff, 127<<16 | 0x81}}},
+			wantMethod: "nvme-sanitize-block-erase", wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}, {0x84, 0, 2}, {0x02, 0xffffffff, 127<<16 | 0x81}}},
 		{name: "sanitize overwrite", nvme: &fakeNVMe{ctrl: nvmeCtrl(0, 0x4), sstat: []uint16{1}},
-			wantMethod: "nvme-sanitize-overwrite", wantCmds: []cmd{{0x06, 0, 1}, {0x84, 0, 3 | 1<<4}, {0x02, 0xffffffff, 127<<16 | 0x81}}},
+			wantMethod: "nvme-sanitize-overwrite", wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}, {0x84, 0, 3 | 1<<4}, {0x02, 0xffffffff, 127<<16 | 0x81}}},
 		{name: "sanitize fails", nvme: &fakeNVMe{ctrl: nvmeCtrl(0, 0x1), sstat: []uint16{2, 3}},
-			wantCmds: []cmd{{0x06, 0, 1}, {0x84, 0, 4}, {0x02, 0xffffffff, 127<<16 | 0x81}, {0x02, 0xffffffff, 127<<16 | 0x81}}},
+			wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}, {0x84, 0, 4}, {0x02, 0xffffffff, 127<<16 | 0x81}, {0x02, 0xffffffff, 127<<16 | 0x81}}},
 		{name: "format keeps the LBA format", nvme: &fakeNVMe{ctrl: nvmeCtrl(0x2, 0), ns: ns},
 			wantMethod: "nvme-format-user-data-erase",
 			// LBAF low 1, PI 1 <<5, PIL 1 <<8, SES 1 <<9, LBAF high 1 <<12
-			wantCmds: []cmd{{0x06, 0, 1}, {0x06, 2, 0}, {0x80, 2, 1 | 1<<5 | 1<<8 | 1<<9 | 1<<12}}},
+			wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}, {0x06, 2, 0}, {0x80, 2, 1 | 1<<5 | 1<<8 | 1<<9 | 1<<12}}},
 		{name: "format rejected", nvme: &fakeNVMe{ctrl: nvmeCtrl(0x2, 0), ns: ns, failOp: map[uint8]error{0x80: &NVMeStatusError{Opcode: 0x80, Status: 0x10a}}},
-			wantCmds: []cmd{{0x06, 0, 1}, {0x06, 2, 0}, {0x80, 2, 1 | 1<<5 | 1<<8 | 1<<9 | 1<<12}}},
-		{name: "nothing supported", nvme: &fakeNVMe{ctrl: nvmeCtrl(0, 0)}, wantCmds: []cmd{{0x06, 0, 1}}, wantErr: ErrSecureEraseUnsupported},
+			wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}, {0x06, 2, 0}, {0x80, 2, 1 | 1<<5 | 1<<8 | 1<<9 | 1<<12}}},
+		// Two namespaces on the controller: sanitize, or a format that FNA
+		// says applies to all namespaces, would erase the other one too.
+		{name: "two namespaces: sanitize refused", nvme: &fakeNVMe{ctrl: nvmeCtrl(0x2, 0x7), active: []uint32{1, 2}},
+			wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}}, wantErr: ErrSecureEraseMultiNamespace},
+		{name: "two namespaces: format of all namespaces refused", nvme: &fakeNVMe{ctrl: nvmeCtrlFNA(0x2, 0, 0x1), ns: ns, active: []uint32{2, 3}},
+			wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}}, wantErr: ErrSecureEraseMultiNamespace},
+		{name: "two namespaces: secure erase of all namespaces refused", nvme: &fakeNVMe{ctrl: nvmeCtrlFNA(0x2, 0, 0x2), ns: ns, active: []uint32{2, 3}},
+			wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}}, wantErr: ErrSecureEraseMultiNamespace},
+		{name: "two namespaces: per-namespace format runs", nvme: &fakeNVMe{ctrl: nvmeCtrl(0x2, 0), ns: ns, active: []uint32{2, 3}},
+			wantMethod: "nvme-format-user-data-erase",
+			wantCmds:   []cmd{{0x06, 0, 1}, {0x06, 0, 2}, {0x06, 2, 0}, {0x80, 2, 1 | 1<<5 | 1<<8 | 1<<9 | 1<<12}}},
+		{name: "nothing supported", nvme: &fakeNVMe{ctrl: nvmeCtrl(0, 0)}, wantCmds: []cmd{{0x06, 0, 1}, {0x06, 0, 2}}, wantErr: ErrSecureEraseUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			img, ms := wipeImage(t)
+			before, _ := os.ReadFile(img)
 			m, _ := wipeManager(t)
 			m.NVMe = tt.nvme
 			rep, err := m.Wipe(context.Background(), Disk{Name: "nvme0n2", Path: img, Size: 64 * mib, Tran: "nvme"}, WipeOptions{SecureErase: true})
@@ -315,6 +339,15 @@ func TestSecureEraseNVMe(t *testing.T) {
 				}
 			case err == nil || rep.SecureErase != "none" || tt.wantErr != nil && !errors.Is(err, tt.wantErr):
 				t.Fatalf("report %+v, err %v; want a failed secure erase", rep, err)
+			}
+			if errors.Is(tt.wantErr, ErrSecureEraseMultiNamespace) {
+				if !errors.Is(err, ErrSecureEraseMultiNamespace) {
+					t.Fatalf("err %v, want ErrSecureEraseMultiNamespace", err)
+				}
+				if after, _ := os.ReadFile(img); !bytes.Equal(before, after) {
+					t.Fatal("the disk changed although the erase was refused")
+				}
+				return
 			}
 			// The signatures are zeroed whether the secure erase worked or not.
 			checkMarkers(t, img, ms)

@@ -296,7 +296,9 @@ func SetBLSOptions(root string, add []string) error {
 		return fmt.Errorf("set BLS options in %s: no entries in %s: %w", root, strings.Join(blsDirs, ", "), fs.ErrNotExist)
 	}
 	for _, f := range files {
-		p := filepath.Join(root, f)
+		// Every link is resolved inside root: the image's own symlinks
+		// never lead a write out of the target.
+		p := fsys.host(f)
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return fmt.Errorf("set BLS options: %w", err)

@@ -195,3 +195,27 @@ func TestReadShellVars(t *testing.T) {
 		}
 	}
 }
+
+// An image whose /boot is an absolute symlink: the link means a directory
+// of the image, and nothing outside the target root is written.
+func TestSetBLSOptionsConfinedToRoot(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	entry := "title T\nlinux /vmlinuz-x\noptions root=/dev/sda2\n"
+	writeTree(t, outside, map[string]string{"loader/entries/a.conf": entry})
+	writeTree(t, root, map[string]string{"realboot/loader/entries/a.conf": entry})
+	if err := os.Symlink(outside, filepath.Join(root, "boot")); err != nil {
+		t.Fatal(err)
+	}
+	// Inside the image, /boot -> <outside> names <root><outside>: give it the entry.
+	writeTree(t, filepath.Join(root, outside), map[string]string{"loader/entries/a.conf": entry})
+	if err := SetBLSOptions(root, []string{"nosmt"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "loader/entries/a.conf")); string(b) != entry {
+		t.Fatalf("a file outside the target root was rewritten:\n%s", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, outside, "loader/entries/a.conf")); !strings.Contains(string(b), "options root=/dev/sda2 nosmt") {
+		t.Fatalf("the entry the image's /boot names was not updated:\n%s", b)
+	}
+}

@@ -312,13 +312,24 @@ func readGrubenv(hostPath string) (map[string]string, error) {
 
 // globSorted returns the matches of pattern (a path inside the installed
 // OS) as paths inside the installed OS, sorted.
+//
+// The directories before the first wildcard are resolved inside root
+// first (an image whose /boot is an absolute symlink names a directory of
+// the image, not of the host); callers open the results through host,
+// which resolves the rest inside root too.
 func (r *rootFS) globSorted(pattern string) []string {
-	m, _ := filepath.Glob(filepath.Join(r.root, pattern))
+	elems := strings.Split(strings.Trim(path.Clean("/"+pattern), "/"), "/")
+	i := 0
+	for i < len(elems)-1 && !strings.ContainsAny(elems[i], `*?[\`) {
+		i++
+	}
+	dir := r.resolveLinks("/" + strings.Join(elems[:i], "/"))
+	base := filepath.Join(r.root, dir)
+	m, _ := filepath.Glob(filepath.Join(base, filepath.Join(elems[i:]...)))
 	out := make([]string, 0, len(m))
 	for _, p := range m {
-		rel, err := filepath.Rel(r.root, p)
-		if err == nil {
-			out = append(out, "/"+filepath.ToSlash(rel))
+		if rel, err := filepath.Rel(base, p); err == nil {
+			out = append(out, path.Join(dir, filepath.ToSlash(rel)))
 		}
 	}
 	sort.Strings(out)

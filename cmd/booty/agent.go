@@ -10,6 +10,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/agent"
 	"github.com/booty-dev/booty/pkg/initsys"
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // runAgent is the PID-1 path: bring the machine up, load the config,
@@ -59,7 +60,9 @@ func redactCmdline(raw string) string {
 		lk := strings.ToLower(k)
 		if ok && (strings.Contains(lk, "token") || strings.Contains(lk, "pass") || strings.Contains(lk, "secret")) {
 			f[i] = k + "=<redacted>"
+			continue
 		}
+		f[i] = redact.Text(p) // booty.config=https://user:pass@host/…?token=…
 	}
 	return strings.Join(f, " ")
 }

@@ -21,7 +21,12 @@ func init() {
 
 const configUsage = `Usage:
   booty config validate FILE...   check each file; print "FILE: ok" or every problem
-  booty config show FILE          print FILE decoded, with defaults applied and secrets redacted
+  booty config show [--show-secrets] FILE
+                                  print FILE decoded, with defaults applied and secrets
+                                  redacted: server.token, cloudInit.userData and
+                                  networkConfig, postProvisionCommands, and the user info
+                                  and query of every URL (--show-secrets prints them, for
+                                  your own terminal only)
 
 FILE is a MachineConfig in YAML or JSON ("-" reads standard input), or a
 telekom BOOTy vars file (export KEY="value" lines) when --vars is given.
@@ -50,6 +55,10 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("booty config "+sub, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	vars := fs.Bool("vars", false, "read FILE as a telekom BOOTy /deploy/vars file instead of a MachineConfig")
+	var showSecrets *bool
+	if sub == "show" {
+		showSecrets = fs.Bool("show-secrets", false, "print secrets as written instead of <redacted> (never into a log)")
+	}
 	fs.Usage = func() {
 		fmt.Fprint(stderr, configUsage+"\nFlags:\n")
 		fs.PrintDefaults()
@@ -73,7 +82,10 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 			printProblems(stderr, files[0], err)
 			return 1
 		}
-		out, err := config.MarshalYAML(cfg.Redacted())
+		if !*showSecrets {
+			cfg = cfg.Redacted()
+		}
+		out, err := config.MarshalYAML(cfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
 			return 1

@@ -23,6 +23,12 @@ disk: {device: /dev/sda}
 server: {url: "https://bootyd.example.com", token: "TOPSECRET"}
 cloudInit: {userData: "#cloud-config\npassword: PASSWORD123"}
 `)
+	secrets := write("secrets.yaml", `apiVersion: booty.dev/v1
+image: {url: "https://s3.example.com/os.img?X-Amz-Signature=PRESIGNED", checksum: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+disk: {device: /dev/sda}
+postProvisionCommands: ["echo root:HUNTER2 | chpasswd"]
+cloudInit: {networkConfig: "version: 2\nwifis: {wlan0: {access-points: {home: {password: WIFIPASS}}}}"}
+`)
 	bad := write("bad.yaml", "apiVersion: booty.dev/v1\nhostnme: x\nmellanox: {numVFs: -1}\n")
 	vars := write("vars", "export MODE=\"deprovision\"\nexport TOKEN=\"t\"\n")
 
@@ -47,6 +53,11 @@ cloudInit: {userData: "#cloud-config\npassword: PASSWORD123"}
 		{"show redacts and applies defaults", []string{"show", good}, 0,
 			[]string{"apiVersion: booty.dev/v1\nmode: provision\n", "token: <redacted>", "userData: <redacted>", "handoff: kexec", "delay: 30s"},
 			nil, []string{"TOPSECRET", "PASSWORD123"}},
+		{"show redacts URLs, commands and network config", []string{"show", secrets}, 0,
+			[]string{"url: https://s3.example.com/os.img?<redacted>", "- <redacted>", "networkConfig: <redacted>"},
+			nil, []string{"PRESIGNED", "HUNTER2", "WIFIPASS"}},
+		{"show --show-secrets reveals them", []string{"show", "--show-secrets", secrets}, 0,
+			[]string{"PRESIGNED", "HUNTER2", "WIFIPASS"}, nil, nil},
 		{"show bad", []string{"show", bad}, 1, nil, []string{"hostnme: unknown field"}, nil},
 		{"no subcommand", nil, 2, nil, []string{"Usage:"}, nil},
 		{"unknown subcommand", []string{"frob"}, 2, nil, []string{`unknown subcommand "frob"`}, nil},

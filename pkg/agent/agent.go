@@ -16,6 +16,7 @@ import (
 	"github.com/booty-dev/booty/pkg/initsys"
 	"github.com/booty-dev/booty/pkg/network"
 	"github.com/booty-dev/booty/pkg/provision"
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // Timeouts of the agent's phases. Every wait has one.
@@ -53,7 +54,8 @@ type Agent struct {
 // New returns an Agent for the brought-up system.
 func New(sys *initsys.System) *Agent {
 	a := &Agent{
-		Log:              slog.New(slog.NewTextHandler(sys.Console, nil)),
+		// No URL secret (user info, query) reaches the console, whoever logs it.
+		Log:              slog.New(redact.NewHandler(slog.NewTextHandler(sys.Console, nil))),
 		Cmdline:          config.ParseCmdline(sys.Cmdline.Raw),
 		ConfigureNetwork: network.Configure,
 		Sleep: func(ctx context.Context, d time.Duration) {
@@ -104,7 +106,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	var ship *logShipper
 	if lr, ok := provider.(config.LogReporter); ok {
 		ship = newLogShipper(lr, a.Log.Handler())
-		log = slog.New(ship)
+		log = slog.New(redact.NewHandler(ship)) // what is shipped is redacted too
 		defer ship.Close()
 	}
 

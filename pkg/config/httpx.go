@@ -11,8 +11,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	neturl "net/url"
 	"time"
+
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // MaxConfigSize bounds a config read from any provider.
@@ -165,14 +166,8 @@ func doOnce(ctx context.Context, c *http.Client, method, url, contentType string
 	return data, resp.StatusCode, false, nil
 }
 
-// redactURL hides a password in a URL's user info, for errors and logs.
-func redactURL(s string) string {
-	u, err := neturl.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	return u.Redacted()
-}
+// redactURL hides a URL's user info and query, for errors and logs.
+func redactURL(s string) string { return redact.URL(s) }
 
 func truncateBytes(b []byte, n int) []byte {
 	if len(b) > n {

@@ -5,13 +5,18 @@ import (
 	"maps"
 	"slices"
 	"sort"
+
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // RedactedText replaces a secret in Redacted output.
 const RedactedText = "<redacted>"
 
-// Redacted returns a deep copy of c with server.token and cloudInit.userData
-// replaced by "<redacted>" when set, for logs and debug dumps. c is unchanged.
+// Redacted returns a deep copy of c for logs, debug dumps, reports and
+// `booty config show`: server.token, cloudInit.userData and networkConfig
+// and every postProvisionCommands entry become "<redacted>" when set, and
+// the URLs (image, bmap, server, and any in kernelParams) lose their user
+// info and query through redact.URL, the one URL redaction. c is unchanged.
 func (c *MachineConfig) Redacted() *MachineConfig {
 	if c == nil {
 		return nil
@@ -22,6 +27,21 @@ func (c *MachineConfig) Redacted() *MachineConfig {
 	}
 	if r.CloudInit.UserData != "" {
 		r.CloudInit.UserData = RedactedText
+	}
+	// Network config may hold Wi-Fi or 802.1X passwords, and commands
+	// passwords on their command lines: neither is shown.
+	if r.CloudInit.NetworkConfig != "" {
+		r.CloudInit.NetworkConfig = RedactedText
+	}
+	for i := range r.PostProvisionCommands {
+		r.PostProvisionCommands[i] = RedactedText
+	}
+	// URLs lose their user info and query (pre-signed URLs, tokens).
+	r.Image.URL = redact.URL(r.Image.URL)
+	r.Image.BmapURL = redact.URL(r.Image.BmapURL)
+	r.Server.URL = redact.URL(r.Server.URL)
+	for i, p := range r.KernelParams {
+		r.KernelParams[i] = redact.Text(p)
 	}
 	return r
 }

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // source is the served file, read once front to back. Size is the served
@@ -55,16 +57,9 @@ func openSource(ctx context.Context, o *Options) (source, error) {
 	return openFile(o.Source)
 }
 
-// redactURL returns u without user info and query, which may carry tokens.
-func redactURL(u *url.URL) string {
-	c := *u
-	c.User = nil
-	if c.RawQuery != "" {
-		c.RawQuery = "REDACTED"
-	}
-	c.Fragment = ""
-	return c.String()
-}
+// redactURL returns u without user info and query, which may carry
+// tokens, through the one URL redaction.
+func redactURL(u *url.URL) string { return redact.URL(u.String()) }
 
 // fileSource is a local file or block device.
 type fileSource struct {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/booty-dev/booty/pkg/initsys/kmod"
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // DefaultHostname is set when Options.Hostname is empty.
@@ -162,7 +163,7 @@ func Bringup(opts Options) (*System, error) {
 	}
 	s.Log = opts.Log
 	if s.Log == nil {
-		s.Log = slog.New(slog.NewTextHandler(s.Console, nil))
+		s.Log = slog.New(redact.NewHandler(slog.NewTextHandler(s.Console, nil)))
 	}
 	s.Log = s.Log.With("component", "initsys")
 	if cerr != nil {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // debugDumper holds what DumpDebugState reads. The package keeps one, set up
@@ -84,6 +85,9 @@ func DumpDebugState(failedStep string) {
 			log.Warn("debug section unavailable", "section", s, "error", err)
 			continue
 		}
+		// dmesg holds the kernel command line (booty.config=URL), mounts
+		// and the rest may hold URLs too: the dump is shipped to bootyd.
+		text = redact.Text(text)
 		for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 			log.Error(s + ": " + line)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -493,11 +494,15 @@ func TestDumpDebugStateRedactsSecrets(t *testing.T) {
 	debug.procDir = filepath.Join(root, "proc")
 	debug.sysDir = filepath.Join(root, "sys")
 	debug.readKmsg = func() ([]byte, error) {
-		return []byte("[    1.0] virtio_blk virtio1: [vda] 2048 512-byte logical blocks\n"), nil
+		return []byte("[    0.0] Kernel command line: booty.config=https://user:kmsgpass@host/c.yaml?access_token=KMSGTOKEN\n" +
+			"[    1.0] virtio_blk virtio1: [vda] 2048 512-byte logical blocks\n"), nil
 	}
 	SetDebugLogger(slog.New(slog.NewTextHandler(&out, nil)))
 	cfg := testConfig()
 	cfg.CloudInit.UserData = "#cloud-config\npassword: hunter2"
+	cfg.Image.URL = "https://s3.example.com/os.img?X-Amz-Signature=PRESIGNED"
+	cfg.PostProvisionCommands = []string{"echo root:CMDPASS | chpasswd"}
+	cfg.CloudInit.NetworkConfig = "version: 2\nwifis: {wlan0: {access-points: {home: {password: WIFIPASS}}}}"
 	setDebugConfig(cfg)
 
 	DumpDebugState(StepWriteImage)
@@ -507,9 +512,32 @@ func TestDumpDebugStateRedactsSecrets(t *testing.T) {
 			t.Errorf("dump lacks %q", want)
 		}
 	}
-	for _, secret := range []string{"s3cret-token", "hunter2"} {
+	for _, secret := range []string{"s3cret-token", "hunter2", "PRESIGNED", "CMDPASS", "WIFIPASS", "kmsgpass", "KMSGTOKEN"} {
 		if strings.Contains(s, secret) {
 			t.Errorf("dump leaks secret %q", secret)
+		}
+	}
+}
+
+// The write-image step's error carries image.url: in the report and the
+// log it has no user info or query.
+func TestStepErrorRedactsURL(t *testing.T) {
+	var out bytes.Buffer
+	o := NewOrchestrator(testConfig(), nil, nil)
+	o.SetLogger(slog.New(slog.NewTextHandler(&out, nil)))
+	plan := []Step{{Name: StepWriteImage, Fn: func(context.Context) error {
+		return fmt.Errorf("write https://user:pw@s3.example.com/os.img?X-Amz-Signature=PRESIGNED: %w", errors.New("connection reset"))
+	}}}
+	err := runner{o: o}.run(context.Background(), plan)
+	if err == nil {
+		t.Fatal("run succeeded")
+	}
+	for _, s := range []string{err.Error(), out.String()} {
+		if strings.Contains(s, "PRESIGNED") || strings.Contains(s, "user:pw") {
+			t.Errorf("secret in %q", s)
+		}
+		if !strings.Contains(s, "s3.example.com/os.img") {
+			t.Errorf("the URL's host and path are gone from %q", s)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/health"
+	"github.com/booty-dev/booty/pkg/redact"
 	"github.com/booty-dev/booty/pkg/safego"
 )
 
@@ -72,6 +73,9 @@ func (r runner) run(ctx context.Context, plan []Step) error {
 		// A panic in a step is that step's error: it is reported and the
 		// failure policy runs, as for any other failure.
 		err := safego.Call("step "+s.Name, func() error { return s.Fn(ctx) })
+		// Step errors go to the console, the report and bootyd: the URLs
+		// in them (image.url with a pre-signed query) lose their secrets.
+		err = redact.Error(err)
 		d := o.now().Sub(start)
 		if err != nil {
 			o.log.Error("step failed", "step", s.Name, "n", fmt.Sprintf("%d/%d", idx, total),

@@ -32,7 +32,8 @@ func init() {
 
 const writeImageUsage = `Usage:
   booty write-image --source URL --target DEVICE_OR_FILE [--checksum sha256:HEX]
-                    [--image-checksum sha256:HEX] [--bmap URL] [--ca-cert FILE]
+                    [--image-checksum sha256:HEX] [--bmap URL [--bmap-checksum sha256:HEX]]
+                    [--target-size SIZE] [--ca-cert FILE]
                     [--progress] [--fresh-target] [--no-direct]
                     [--insecure-skip-verify]
 
@@ -50,7 +51,8 @@ file is truncated and written sparsely.
 
 With --bmap (bmaptool's XML, versions 1.x and 2.0), each mapped range is
 checked against its checksum as it passes and unmapped ranges are not
-written. For registries that need a token, set BOOTY_OCI_TOKEN.
+written; they must be zero in the image, or the write fails naming the
+first offset that is not. --bmap-checksum pins the bmap file. For registries that need a token, set BOOTY_OCI_TOKEN.
 
 Exit status: 0 the target holds the verified image, 1 the write failed,
 2 usage error.
@@ -72,7 +74,8 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 	insecure := fs.Bool("insecure-skip-verify", false, "write without any checksum (the image is not verified)")
 	var targetSize sizeValue
 	fs.Var(&targetSize, "target-size", "use at most `SIZE` of the target, like 64M or 20G (default: its whole size; unlimited for a file)")
-	bmap := fs.String("bmap", "", "bmaptool bmap `URL` or path: verify mapped ranges, skip unmapped ones")
+	bmap := fs.String("bmap", "", "bmaptool bmap `URL` or path: verify mapped ranges, skip unmapped ones (which must be zero in the image)")
+	bmapChecksum := fs.String("bmap-checksum", "", "`ALGO:HEX` of the bmap file itself (a bmap 1.x has none inside)")
 	fresh := fs.Bool("fresh-target", false, "the target is freshly wiped (reads as zeros): skip zero ranges entirely")
 	noDirect := fs.Bool("no-direct", false, "do not use O_DIRECT writes (for benchmarking)")
 	verbose := fs.BoolP("verbose", "v", false, "log debug details")
@@ -112,6 +115,7 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		Target:          *target,
 		TargetSize:      int64(targetSize),
 		Bmap:            *bmap,
+		BmapChecksum:    *bmapChecksum,
 		FreshTarget:     *fresh,
 		NoDirect:        *noDirect,
 		OCIToken:        os.Getenv("BOOTY_OCI_TOKEN"),

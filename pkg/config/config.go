@@ -81,6 +81,9 @@ type ImageSpec struct {
 	ImageChecksum string `json:"imageChecksum,omitempty"`
 	// BmapURL of a bmaptool XML block map for the image.
 	BmapURL string `json:"bmapUrl,omitempty"`
+	// BmapChecksum pins the bmap file ("sha256:HEX"): a bmap 1.x carries no
+	// checksum of itself, and a changed bmap changes what is written.
+	BmapChecksum string `json:"bmapChecksum,omitempty"`
 }
 
 // DiskSpec selects the target disk: Device names it directly, Hints select it

@@ -101,7 +101,7 @@ func (c *MachineConfig) validate() []problem {
 			add("image.url", "%s", err)
 		}
 	}
-	for _, f := range []struct{ name, v string }{{"image.checksum", c.Image.Checksum}, {"image.imageChecksum", c.Image.ImageChecksum}} {
+	for _, f := range []struct{ name, v string }{{"image.checksum", c.Image.Checksum}, {"image.imageChecksum", c.Image.ImageChecksum}, {"image.bmapChecksum", c.Image.BmapChecksum}} {
 		if f.v != "" && !checksumRE.MatchString(f.v) {
 			add(f.name, "want \"sha256:\" and 64 hex digits or \"sha512:\" and 128 hex digits, got %q", truncate(f.v, 80))
 		}
@@ -113,6 +113,9 @@ func (c *MachineConfig) validate() []problem {
 		if err := checkURL(c.Image.BmapURL, "http", "https", "file"); err != "" {
 			add("image.bmapUrl", "%s", err)
 		}
+	}
+	if c.Image.BmapChecksum != "" && c.Image.BmapURL == "" {
+		add("image.bmapChecksum", "set but image.bmapUrl is empty")
 	}
 
 	// disk

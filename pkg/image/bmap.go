@@ -14,9 +14,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // maxBmapSize bounds the bmap file Write reads.
@@ -53,11 +56,31 @@ func (r bmapRange) String() string {
 	return fmt.Sprintf("%d-%d", r.First, r.Last)
 }
 
-// loadBmap reads o.Bmap (URL or path) and parses it with parseBmap.
+// firstNonZero returns the index of the first non-zero byte of b, or -1.
+func firstNonZero(b []byte) int {
+	if isZero(b) {
+		return -1
+	}
+	return slices.IndexFunc(b, func(c byte) bool { return c != 0 })
+}
+
+// loadBmap reads o.Bmap (URL or path), checks it against o.BmapChecksum
+// when given, and parses it with parseBmap.
 func loadBmap(ctx context.Context, o *Options) (*bmap, error) {
 	data, err := fetchSmall(ctx, o, o.Bmap, maxBmapSize)
 	if err != nil {
 		return nil, fmt.Errorf("read bmap %s: %w: %w", o.Bmap, ErrBadBmap, err)
+	}
+	if o.BmapChecksum != "" {
+		want, err := parseChecksum(o.BmapChecksum)
+		if err != nil {
+			return nil, fmt.Errorf("bmap checksum: %w", err)
+		}
+		h := newHash(want.algo)
+		h.Write(data)
+		if got := h.Sum(nil); !bytes.Equal(got, want.sum) {
+			return nil, fmt.Errorf("verify bmap %s: it has %s:%x, want %s: %w", redact.URL(o.Bmap), want.algo, got, o.BmapChecksum, ErrChecksumMismatch)
+		}
 	}
 	b, err := parseBmap(data)
 	if err != nil {
@@ -274,6 +297,20 @@ func (b *bmap) span(r bmapRange) (int64, int64) {
 func (b *bmap) check(off int64, data []byte) error {
 	end := off + int64(len(data))
 	b.seen = end
+	// Unmapped bytes are not written (the target reads zeros there): the
+	// image must hold zeros there too, or the disk would differ from the
+	// image that the checksums verified.
+	if err := b.mapped(off, end, func(from, to int64, mapped bool) error {
+		if mapped {
+			return nil
+		}
+		if i := firstNonZero(data[from-off : to-off]); i >= 0 {
+			return fmt.Errorf("byte %d of the image is not zero but the bmap leaves it unmapped (it would not be written): %w", from+int64(i), ErrChecksumMismatch)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	for b.ri < len(b.Ranges) {
 		r := b.Ranges[b.ri]
 		rs, re := b.span(r)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,8 +65,8 @@ func TestWriteBmap(t *testing.T) {
 	// the first 4 KiB of a 1.5 MiB stride of gptImage's sparse layout.
 	bad := bytes.Clone(img)
 	bad[9*mib+100] ^= 0xff
-	// Unmapped junk: the bmap says the range holds nothing, so it is not
-	// written (a fresh target then reads zeros there).
+	// Unmapped junk: the bmap says the range holds nothing, so it would
+	// not be written, and the disk would differ from the verified image.
 	junk := bytes.Clone(img)
 	copy(junk[20*mib+8192:], "junk in an unmapped range")
 
@@ -80,7 +82,7 @@ func TestWriteBmap(t *testing.T) {
 		{"2.0 sha256 from bmaptool", zst, v2, false, img, nil, ""},
 		{"2.0 on a fresh target", zst, v2, true, img, nil, ""},
 		{"1.3 sha1", img, bmapV13(img), false, img, nil, ""},
-		{"unmapped junk is not written", junk, v2, true, img, nil, ""},
+		{"unmapped junk is refused", junk, v2, true, nil, ErrChecksumMismatch, fmt.Sprintf("byte %d of the image is not zero but the bmap leaves it unmapped", 20*mib+8192)},
 		{"range mismatch", compress(t, FormatGzip, bad), v2, false, nil, ErrChecksumMismatch, "bmap range"},
 		{"bmap file corrupt", zst, strings.Replace(v2, "<BlockSize> 4096", "<BlockSize> 4096 ", 1), false, nil, ErrBadBmap, "corrupt"},
 		{"image longer than the bmap", append(bytes.Clone(img), make([]byte, 4096)...), v2, false, nil, ErrBadBmap, "describes"},
@@ -158,5 +160,44 @@ func TestParseBmapErrors(t *testing.T) {
 	}
 	if _, err := parseBmap([]byte(good)); err != nil {
 		t.Errorf("good 1.3 bmap: %v", err)
+	}
+}
+
+// A bmap that maps only the first 4 MiB of an 8 MiB image, with both
+// checksums given and passing: the old writer zeroed the rest and exited 0,
+// so the disk differed from the verified image from byte 4194304 on.
+func TestWriteBmapUnmappedMustBeZero(t *testing.T) {
+	img := make([]byte, 8*mib)
+	fillData(rand.New(rand.NewPCG(5, 6)), img)
+	bm := fmt.Sprintf(`<?xml version="1.0" ?>
+<bmap version="1.2">
+    <ImageSize> %d </ImageSize>
+    <BlockSize> 4096 </BlockSize>
+    <BlocksCount> %d </BlocksCount>
+    <MappedBlocksCount> 1024 </MappedBlocksCount>
+    <BlockMap>
+        <Range> 0-1023 </Range>
+    </BlockMap>
+</bmap>
+`, len(img), len(img)/4096)
+	bmapFile := writeFile(t, "img.bmap", []byte(bm))
+	src := writeFile(t, "img", img)
+	dst := filepath.Join(t.TempDir(), "target")
+	_, err := Write(context.Background(), Options{Source: src, Checksum: sha(img), ImageChecksum: sha(img), Bmap: bmapFile, Target: dst, Log: testLog(t)})
+	if !errors.Is(err, ErrChecksumMismatch) || !strings.Contains(err.Error(), "byte 4194304 ") {
+		t.Fatalf("Write = %v, want a mismatch naming byte 4194304", err)
+	}
+
+	// The bmap file pinned by its checksum: another file is refused before writing.
+	sum := sha256.Sum256([]byte(bm))
+	pinned := "sha256:" + hex.EncodeToString(sum[:])
+	other := writeFile(t, "other.bmap", []byte(strings.Replace(bm, "0-1023", "0-2047", 1)))
+	mem := newMemTarget(16*mib, 0xee)
+	_, err = Write(context.Background(), Options{Source: src, ImageChecksum: sha(img), Bmap: other, BmapChecksum: pinned, Target: "mem", TargetWriter: mem, Log: testLog(t)})
+	if !errors.Is(err, ErrChecksumMismatch) || !strings.Contains(err.Error(), "verify bmap") {
+		t.Fatalf("Write with another bmap = %v, want its checksum refused", err)
+	}
+	if len(mem.log) != 0 {
+		t.Errorf("target touched although the bmap was refused: %v", mem.log[:1])
 	}
 }

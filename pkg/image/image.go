@@ -136,10 +136,14 @@ type Options struct {
 	// Bmap is the URL or path of a bmaptool bmap file (format 1.x or 2.0)
 	// for the image. Write verifies the file's own checksum, refuses a
 	// target smaller than its ImageSize, checks each mapped range's
-	// checksum as the range passes, and writes unmapped ranges as zero
-	// runs (not at all on a fresh target). Fetched like Source, without
-	// resume.
+	// checksum as the range passes, requires the image to be zero where
+	// the bmap leaves it unmapped (what is on the disk is what the
+	// checksums verified), and writes unmapped ranges as zero runs (not at
+	// all on a fresh target). Fetched like Source, without resume.
 	Bmap string
+	// BmapChecksum pins the bmap file itself ("sha256:HEX"): a bmap that
+	// differs is refused before anything is written.
+	BmapChecksum string
 
 	// OCIUsername and OCIPassword are sent (basic auth) to the token
 	// endpoint named by a registry's Bearer challenge for oci:// sources.

@@ -335,6 +335,7 @@ func (o *Orchestrator) stepWriteImage(ctx context.Context) error {
 		Checksum:      o.cfg.Image.Checksum,
 		ImageChecksum: o.cfg.Image.ImageChecksum,
 		Bmap:          o.cfg.Image.BmapURL,
+		BmapChecksum:  o.cfg.Image.BmapChecksum,
 		Target:        t.Path,
 		CACert:        ca,
 		Log:           o.log.With("step", StepWriteImage),

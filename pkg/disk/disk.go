@@ -7,11 +7,14 @@
 //
 // After image.Write a caller runs, in order:
 //
-//	m.RereadPartitions(dev)          // kernel sees the image's table
-//	GrowGPT(f, size, GrowOptions{})  // backup GPT to the end, root partition grown
-//	m.RereadPartitions(dev)          // kernel sees the grown partition
+//	m.GrowPartitionTable(ctx, d, size) // backup GPT to the end, root partition grown, kernel re-reads
+//	m.ReadPartitions(ctx, dev)         // partitions with their nodes and filesystems
 //	(mount root, bind /dev /proc /sys /run)
 //	GrowFilesystem(ctx, runner, root, partDev, "")
+//
+// Every read and write of a disk goes through a BlockDevice (OpenDevice;
+// MemDevice in tests): pkg/image writes the image through the same
+// interface, and nothing else opens a block device.
 //
 // System access hangs off Manager fields (Open, Ioctl, NVMe, ATA, Sleep)
 // so tests use plain files and fakes. The NVMe (NVME_IOCTL_ADMIN_CMD) and
@@ -157,13 +160,12 @@ func NewManager() *Manager {
 	}
 }
 
-func openDevice(path string, flag int) (BlockDevice, error) { return os.OpenFile(path, flag, 0) }
-
-// BlockDevice is an open disk: *os.File for a device node or an image file.
-type BlockDevice interface {
-	DeviceFile
-	Sync() error
-	Close() error
+func openDevice(path string, flag int) (BlockDevice, error) {
+	f, err := OpenDevice(path, flag)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // The Manager's seams with their defaults, for a Manager built as a literal.

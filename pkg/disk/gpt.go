@@ -46,19 +46,35 @@ var (
 	ErrNoSpace = errors.New("not enough space on disk")
 )
 
-// Partition is one entry of a partition table, in bytes. Type is the GPT
-// type GUID, or "0x83"-style for an MBR partition. GUIDs are lower case.
+// Partition is one partition of a disk: its entry in the partition table
+// (ReadPartitionTable fills these, in bytes), and, from
+// Manager.ReadPartitions, its device node and the filesystem found in its
+// superblock, without udev or blkid. Type is the GPT type GUID, or
+// "0x83"-style for an MBR partition. GUIDs are lower case.
 type Partition struct {
 	Number int    `json:"number"`
 	Start  int64  `json:"start"`
 	Size   int64  `json:"size"`
 	Type   string `json:"type"`
+	// SectorSize is the table's logical sector size (Start and Size are
+	// multiples of it): 512 or 4096.
+	SectorSize int64 `json:"sectorSize,omitempty"`
 	// Name is the GPT partition name (PARTLABEL).
 	Name string `json:"name,omitempty"`
 	// PartUUID is the GPT unique partition GUID; empty on MBR.
 	PartUUID string `json:"partUUID,omitempty"`
 	// MBRType is the MBR partition type byte (Type without "0x"); 0 on GPT.
 	MBRType byte `json:"mbrType,omitempty"`
+
+	// Path is the device node, "/dev/vda2", "/dev/nvme0n1p2".
+	Path string `json:"path,omitempty"`
+	// FSType is the filesystem fsprobe found in the superblock: ext4, ext3,
+	// ext2, xfs, btrfs, vfat, swap, LVM2_member, iso9660, or empty.
+	FSType string `json:"fsType,omitempty"`
+	// UUID and Label are the filesystem's, as blkid prints them (vfat
+	// serials as "ABCD-1234").
+	UUID  string `json:"uuid,omitempty"`
+	Label string `json:"label,omitempty"`
 }
 
 // PartitionTable is what ReadPartitionTable found.
@@ -92,7 +108,7 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 				BackupHeaderOffset: int64(bg.myLBA) * bg.ss, BackupEntriesOffset: int64(bg.entriesLBA) * bg.ss}
 			for _, p := range bg.parts {
 				pt.Partitions = append(pt.Partitions, Partition{Number: p.number, Start: int64(p.first) * bg.ss,
-					Size: int64(p.last-p.first+1) * bg.ss, Type: p.typ, Name: p.name, PartUUID: p.guid})
+					Size: int64(p.last-p.first+1) * bg.ss, SectorSize: bg.ss, Type: p.typ, Name: p.name, PartUUID: p.guid})
 			}
 			return pt, nil
 		}
@@ -102,7 +118,7 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 			BackupHeaderOffset: int64(g.altLBA) * g.ss}
 		for _, p := range g.parts {
 			pt.Partitions = append(pt.Partitions, Partition{Number: p.number, Start: int64(p.first) * g.ss,
-				Size: int64(p.last-p.first+1) * g.ss, Type: p.typ, Name: p.name, PartUUID: p.guid})
+				Size: int64(p.last-p.first+1) * g.ss, SectorSize: g.ss, Type: p.typ, Name: p.name, PartUUID: p.guid})
 		}
 		// The backup header says where its entries are; trust it only when valid.
 		if bh, err := parseHeader(r, int64(g.altLBA), g.ss); err == nil {
@@ -128,7 +144,7 @@ func ReadPartitionTable(r io.ReaderAt, diskSize int64) (*PartitionTable, error) 
 			continue // empty or extended container
 		}
 		pt.Partitions = append(pt.Partitions, Partition{Number: i + 1, Start: int64(start) * 512, Size: int64(n) * 512,
-			Type: fmt.Sprintf("0x%02x", typ), MBRType: typ})
+			SectorSize: 512, Type: fmt.Sprintf("0x%02x", typ), MBRType: typ})
 	}
 	return pt, nil
 }
@@ -366,16 +382,9 @@ type GrowResult struct {
 	Grown, Changed bool
 }
 
-// DeviceFile is what partition table code reads and writes: a block device
-// or an image file. Sync is called when the value has a Sync() error method.
-type DeviceFile interface {
-	io.ReaderAt
-	io.WriterAt
-}
-
-// GrowGPT fixes a GPT written by an image smaller than the disk. In order it
+// GrowGPT fixes a GPT written by an image smaller than the disk f. In order it
 // reads and validates the primary GPT; computes the backup location at the
-// end of diskSize and the new last usable LBA; picks the partition to grow
+// end of the disk (f.Size()) and the new last usable LBA; picks the partition to grow
 // (GrowOptions) and its new end (never smaller than now, never past the last
 // usable LBA, never overlapping another partition); then writes the backup
 // entries, the backup header, zeroes the old backup header, writes the
@@ -386,7 +395,11 @@ type DeviceFile interface {
 // ErrNotLastPartition when the chosen partition would have to grow past
 // another one, ErrNoSpace when Size does not fit; write errors name the
 // location and may leave the backup updated but the primary not.
-func GrowGPT(f DeviceFile, diskSize int64, opts GrowOptions) (*GrowResult, error) {
+func GrowGPT(f BlockDevice, opts GrowOptions) (*GrowResult, error) {
+	diskSize := f.Size()
+	if diskSize <= 0 {
+		return nil, fmt.Errorf("grow GPT: the disk has no fixed size (%d)", diskSize)
+	}
 	g, err := readGPT(f, diskSize, opts.SectorSize)
 	if err != nil {
 		return nil, fmt.Errorf("grow GPT: %w", err)
@@ -479,8 +492,8 @@ func GrowGPT(f DeviceFile, diskSize int64, opts GrowOptions) (*GrowResult, error
 		}
 		res.Changed = true
 	}
-	if s, ok := f.(interface{ Sync() error }); ok && res.Changed {
-		if err := s.Sync(); err != nil {
+	if res.Changed {
+		if err := f.Sync(); err != nil {
 			return res, fmt.Errorf("grow GPT: sync: %w", err)
 		}
 	}

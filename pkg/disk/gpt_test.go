@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,12 +139,12 @@ func TestGrowGPT(t *testing.T) {
 			if ok, out := sgdiskVerify(img); ok {
 				t.Fatalf("sgdisk -v finds no problem before the fix-up:\n%s", out)
 			}
-			f, err := os.OpenFile(img, os.O_RDWR, 0)
+			f, err := OpenDevice(img, os.O_RDWR)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			res, err := GrowGPT(f, diskMiB*mib, tt.opts)
+			res, err := GrowGPT(f, tt.opts)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tt.wantErr)
@@ -181,7 +180,7 @@ func TestGrowGPT(t *testing.T) {
 			}
 			// Idempotent: the second run writes nothing.
 			mid, _ := os.ReadFile(img)
-			res2, err := GrowGPT(f, diskMiB*mib, tt.opts)
+			res2, err := GrowGPT(f, tt.opts)
 			if err != nil || res2.Changed || res2.Grown || res2.NewLastLBA != res.NewLastLBA {
 				t.Fatalf("second run: %+v, %v; want unchanged", res2, err)
 			}
@@ -195,7 +194,7 @@ func TestGrowGPT(t *testing.T) {
 
 func TestGrowGPTRejectsDamagedTable(t *testing.T) {
 	img := sgdiskImage(t, 64, 128, "-n", "1:2048:+20M", "-t", "1:8304")
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	f, err := OpenDevice(img, os.O_RDWR)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,22 +203,21 @@ func TestGrowGPTRejectsDamagedTable(t *testing.T) {
 	if _, err := f.WriteAt([]byte{0xff}, 2*512+60); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := GrowGPT(f, 128*mib, GrowOptions{}); !errors.Is(err, ErrBadGPT) {
+	if _, err := GrowGPT(f, GrowOptions{}); !errors.Is(err, ErrBadGPT) {
 		t.Fatalf("err = %v, want ErrBadGPT", err)
 	}
-	if _, err := GrowGPT(&memDev{b: make([]byte, 1<<20)}, 1<<20, GrowOptions{}); err == nil {
+	if _, err := GrowGPT(NewMemDevice(1<<20), GrowOptions{}); err == nil {
 		t.Fatal("want an error for a zeroed disk")
 	}
 }
 
 func TestGrowGPTDiskSmallerThanImage(t *testing.T) {
 	img := sgdiskImage(t, 64, 64, "-n", "1:2048:+20M", "-t", "1:8304")
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	b, err := os.ReadFile(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if _, err := GrowGPT(f, 32*mib, GrowOptions{}); !errors.Is(err, ErrNoSpace) {
+	if _, err := GrowGPT(NewMemDeviceFrom(b[:32*mib]), GrowOptions{}); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("err = %v, want ErrNoSpace", err)
 	}
 }
@@ -234,8 +232,8 @@ func TestReadPartitionTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Partition{
-		{Number: 1, Start: 1 * mib, Size: 8 * mib, Type: TypeEFISystem, Name: "EFI system", PartUUID: "8d3f1a2b-1111-4222-8333-944455556666"},
-		{Number: 3, Start: 9 * mib, Size: 20 * mib, Type: TypeLinuxRootX86_64, PartUUID: "0a1b2c3d-4e5f-4061-8273-8495a6b7c8d9"},
+		{Number: 1, Start: 1 * mib, Size: 8 * mib, SectorSize: 512, Type: TypeEFISystem, Name: "EFI system", PartUUID: "8d3f1a2b-1111-4222-8333-944455556666"},
+		{Number: 3, Start: 9 * mib, Size: 20 * mib, SectorSize: 512, Type: TypeLinuxRootX86_64, PartUUID: "0a1b2c3d-4e5f-4061-8273-8495a6b7c8d9"},
 	}
 	if pt.Kind != "gpt" || len(pt.Partitions) != 2 || pt.Partitions[0] != want[0] || pt.Partitions[1] != want[1] {
 		t.Fatalf("table %+v, want %+v", pt, want)
@@ -252,7 +250,7 @@ func TestReadPartitionTable(t *testing.T) {
 	binary.LittleEndian.PutUint32(e[8:], 2048)
 	binary.LittleEndian.PutUint32(e[12:], 4096)
 	pt, err = ReadPartitionTable(bytes.NewReader(mbr), 1<<30)
-	if err != nil || pt.Kind != "dos" || len(pt.Partitions) != 1 || pt.Partitions[0] != (Partition{Number: 1, Start: 1 * mib, Size: 2 * mib, Type: "0x83", MBRType: 0x83}) {
+	if err != nil || pt.Kind != "dos" || len(pt.Partitions) != 1 || pt.Partitions[0] != (Partition{Number: 1, Start: 1 * mib, Size: 2 * mib, SectorSize: 512, Type: "0x83", MBRType: 0x83}) {
 		t.Fatalf("dos table %+v, %v", pt, err)
 	}
 	if _, err := ReadPartitionTable(bytes.NewReader(make([]byte, 1<<20)), 1<<20); !errors.Is(err, ErrNoGPT) || !errors.Is(err, ErrNoPartitionTable) {
@@ -281,27 +279,6 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
-// memDev is an in-memory DeviceFile.
-type memDev struct{ b []byte }
-
-func (m *memDev) ReadAt(p []byte, off int64) (int, error) {
-	if off >= int64(len(m.b)) {
-		return 0, io.EOF
-	}
-	n := copy(p, m.b[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
-func (m *memDev) WriteAt(p []byte, off int64) (int, error) {
-	if off+int64(len(p)) > int64(len(m.b)) {
-		return 0, errors.New("write past end of device")
-	}
-	return copy(m.b[off:], p), nil
-}
-
 func TestReadPartitionTableFromBackup(t *testing.T) {
 	img := sgdiskImage(t, 64, 64, "-n", "1:2048:+8M", "-t", "1:ef00", "-n", "2:0:+20M", "-t", "2:8304")
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
@@ -321,7 +298,7 @@ func TestReadPartitionTableFromBackup(t *testing.T) {
 		t.Fatalf("from backup: %+v, %v; want %+v", pt, err, good)
 	}
 	// GrowGPT works on the primary only.
-	if _, err := GrowGPT(f, 64*mib, GrowOptions{}); !errors.Is(err, ErrNoGPT) {
+	if _, err := GrowGPT(&File{File: f, size: 64 * mib}, GrowOptions{}); !errors.Is(err, ErrNoGPT) {
 		t.Fatalf("GrowGPT without primary: %v", err)
 	}
 	// An MBR with a real (non-protective) partition hides a stale backup GPT.
@@ -362,7 +339,7 @@ func TestGrowGPT4Kn(t *testing.T) {
 	if err := f.Truncate(128 * mib); err != nil {
 		t.Fatal(err)
 	}
-	res, err := GrowGPT(f, 128*mib, GrowOptions{})
+	res, err := GrowGPT(&File{File: f, size: 128 * mib}, GrowOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

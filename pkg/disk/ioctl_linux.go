@@ -3,6 +3,7 @@ package disk
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"time"
 	"unsafe"
@@ -23,6 +24,15 @@ const (
 )
 
 type fder interface{ Fd() uintptr }
+
+// deviceSize asks the kernel for the size of the open block device (BLKGETSIZE64).
+func deviceSize(f *os.File) (int64, error) {
+	n, err := unix.IoctlGetUint64(int(f.Fd()), unix.BLKGETSIZE64)
+	if err != nil {
+		return 0, err
+	}
+	return int64(n), nil
+}
 
 func fdOf(f BlockDevice) (uintptr, error) {
 	x, ok := f.(fder)

@@ -4,6 +4,7 @@ package disk
 
 import (
 	"errors"
+	"os"
 	"time"
 )
 
@@ -23,3 +24,5 @@ func (linuxNVMe) AdminCommand(BlockDevice, *NVMeCommand) (uint32, error) { retur
 type linuxSGIO struct{}
 
 func (linuxSGIO) SGIO(BlockDevice, []byte, int, []byte, time.Duration) error { return errNoIoctl }
+
+func deviceSize(*os.File) (int64, error) { return 0, errNoIoctl }

@@ -231,11 +231,11 @@ func TestRereadPartitionsLoop(t *testing.T) {
 				}
 				defer h.Close()
 			}
-			f, err := os.OpenFile(loop, os.O_RDWR, 0)
+			f, err := OpenDevice(loop, os.O_RDWR)
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := GrowGPT(f, 96*mib, GrowOptions{})
+			res, err := GrowGPT(f, GrowOptions{})
 			f.Close()
 			if err != nil {
 				t.Fatal(err)

@@ -210,6 +210,21 @@ func (m *memTarget) WriteAt(p []byte, off int64) (int, error) {
 
 func (m *memTarget) Size() int64 { return int64(len(m.buf)) }
 
+func (m *memTarget) ReadAt(p []byte, off int64) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if off >= int64(len(m.buf)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.buf[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (m *memTarget) Close() error { return nil }
+
 func (m *memTarget) Sync() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

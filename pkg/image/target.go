@@ -7,18 +7,15 @@ import (
 	"io/fs"
 	"os"
 	"sync/atomic"
+
+	"github.com/booty-dev/booty/pkg/disk"
 )
 
-// Target is what Write writes the image to: a block device, a regular file,
-// or in tests anything that can fail on demand.
-type Target interface {
-	io.WriterAt
-	// Size is the capacity in bytes, or -1 when the target grows as it is
-	// written (a regular file without Options.TargetSize).
-	Size() int64
-	// Sync makes everything written so far durable.
-	Sync() error
-}
+// Target is what Write writes the image to: pkg/disk's one block-device
+// interface (a block device, a regular file, or in tests a disk.MemDevice
+// or anything that can fail on demand). Its Size is Unlimited for a
+// regular file without Options.TargetSize.
+type Target = disk.BlockDevice
 
 // Zeroer is an optional interface of a Target that can make a range read
 // back as zeros faster than writing zeros (BLKZEROOUT, hole punching).
@@ -28,7 +25,7 @@ type Zeroer interface {
 }
 
 // Unlimited is the Size of a target that grows as it is written.
-const Unlimited = -1
+const Unlimited = disk.Unlimited
 
 // directAlign is the alignment of offset, length and buffer address that
 // Write keeps for O_DIRECT writes (enough for 512 and 4096 byte sectors).
@@ -57,9 +54,10 @@ type targetSys struct {
 	isDirErr func(err error) bool // the kernel refused O_DIRECT for this write
 }
 
-func (t *fileTarget) Size() int64            { return t.size }
-func (t *fileTarget) Sync() error            { return t.f.Sync() }
-func (t *fileTarget) Truncate(n int64) error { return t.f.Truncate(n) }
+func (t *fileTarget) Size() int64                             { return t.size }
+func (t *fileTarget) ReadAt(p []byte, off int64) (int, error) { return t.f.ReadAt(p, off) }
+func (t *fileTarget) Sync() error                             { return t.f.Sync() }
+func (t *fileTarget) Truncate(n int64) error                  { return t.f.Truncate(n) }
 
 func (t *fileTarget) Close() error {
 	var err error
@@ -173,25 +171,21 @@ func openTargetFile(path string, limit int64) (*fileTarget, error) {
 	case err != nil:
 		return nil, fmt.Errorf("open target %s: %w", path, err)
 	case fi.Mode().IsRegular():
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		f, err := disk.OpenDevice(path, os.O_RDWR)
 		if err != nil {
 			return nil, fmt.Errorf("open target %s: %w", path, err)
 		}
-		return newRegularTarget(f, limit), nil
+		return newRegularTarget(f.File, limit), nil
 	case fi.Mode()&fs.ModeDevice != 0 && fi.Mode()&fs.ModeCharDevice == 0:
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_EXCL, 0)
+		f, err := disk.OpenDevice(path, os.O_RDWR|os.O_EXCL)
 		if err != nil {
 			return nil, fmt.Errorf("open block device %s exclusively: %w", path, err)
 		}
-		size, err := blockDeviceSize(f)
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("size block device %s: %w", path, err)
-		}
+		size := f.Size()
 		if limit > 0 && limit < size {
 			size = limit
 		}
-		return &fileTarget{f: f, size: size}, nil
+		return &fileTarget{f: f.File, size: size}, nil
 	default:
 		return nil, fmt.Errorf("open target %s: %s is neither a block device nor a regular file: %w", path, fi.Mode().Type(), ErrBadTarget)
 	}

@@ -4,15 +4,9 @@ package image
 
 import (
 	"errors"
-	"io"
 	"os"
 	"unsafe"
 )
-
-// blockDeviceSize seeks to the end of the open block device.
-func blockDeviceSize(f *os.File) (int64, error) {
-	return f.Seek(0, io.SeekEnd)
-}
 
 func defaultTargetSys() targetSys {
 	unsupported := func(int, int64, int64) error { return errors.ErrUnsupported }

@@ -83,14 +83,14 @@ type Configurator struct {
 	// staleNames are matched by RemoveEFIBootEntries.
 	staleNames []string
 	// readPartitions lists a disk's partitions (CreateEFIBootEntry).
-	readPartitions func(ctx context.Context, disk string, blockSize int64) ([]Partition, error)
+	readPartitions func(ctx context.Context, dev string) ([]disk.Partition, error)
 }
 
 // NewConfigurator creates a Configurator for the OS mounted at
 // DefaultMountDir, running commands with an ExecRunner.
 func NewConfigurator(diskMgr *disk.Manager) *Configurator {
 	log := slog.Default().With("component", "configurator")
-	return &Configurator{
+	c := &Configurator{
 		disks:          diskMgr,
 		rootDir:        DefaultMountDir,
 		runner:         ExecRunner{Log: log},
@@ -102,8 +102,14 @@ func NewConfigurator(diskMgr *disk.Manager) *Configurator {
 		efiVars:        bootloader.EFIVars{Log: log},
 		espDirs:        []string{"boot/efi", "efi", "boot"},
 		staleNames:     slices.Clone(DefaultStaleBootEntryNames),
-		readPartitions: readDiskPartitions,
 	}
+	c.readPartitions = func(ctx context.Context, dev string) ([]disk.Partition, error) {
+		if c.disks == nil {
+			return nil, errors.New("no disk manager")
+		}
+		return c.disks.ReadPartitions(ctx, dev)
+	}
+	return c
 }
 
 // SetRootDir overrides the root directory (for testing).

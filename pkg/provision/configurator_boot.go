@@ -12,6 +12,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/bootloader"
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/disk"
 )
 
 // grubGenerators are the grub.cfg generators tried in the chroot, in order:
@@ -166,14 +167,14 @@ func (c *Configurator) CreateEFIBootEntry(ctx context.Context, diskDev, bootPart
 	if err := c.checkEFI(); err != nil {
 		return fmt.Errorf("create EFI boot entry: %w", err)
 	}
-	parts, err := c.readPartitions(ctx, diskDev, 0)
+	parts, err := c.readPartitions(ctx, diskDev)
 	if err != nil {
 		return fmt.Errorf("create EFI boot entry: %w", err)
 	}
-	var esp *Partition
+	var esp *disk.Partition
 	for i := range parts {
 		p := &parts[i]
-		if bootPart == "" && p.TypeGUID == GUIDESP || bootPart != "" && samePath(bootPart, p.Path) {
+		if bootPart == "" && p.Type == disk.TypeEFISystem || bootPart != "" && samePath(bootPart, p.Path) {
 			esp = p
 			break
 		}
@@ -203,7 +204,7 @@ func (c *Configurator) CreateEFIBootEntry(ctx context.Context, diskDev, bootPart
 		}
 	}
 	num, err := c.efiVars.CreateBootEntry(desc, bootloader.PartitionInfo{
-		Number: uint32(esp.Number), StartLBA: esp.StartLBA, SizeLBA: esp.SizeLBA, PartUUID: esp.PartUUID,
+		Number: uint32(esp.Number), StartLBA: esp.StartLBA(), SizeLBA: esp.SizeLBA(), PartUUID: esp.PartUUID,
 	}, loader, true)
 	if err != nil {
 		return fmt.Errorf("create EFI boot entry: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/bootloader"
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/disk"
 )
 
 // newTestConfigurator returns a Configurator on a temp root, deploy dir,
@@ -541,12 +542,12 @@ func TestEFIBootEntries(t *testing.T) {
 		"boot/efi/EFI/BOOT/BOOTX64.EFI":   "fallback",
 		"boot/efi/EFI/centos/grubx64.efi": "old",
 	})
-	esp := Partition{Path: "/dev/vda15", Number: 15, StartLBA: 2048, SizeLBA: 260096, TypeGUID: GUIDESP, PartUUID: "8d3f1a2b-1111-4222-8333-944455556666"}
-	c.readPartitions = func(_ context.Context, disk string, _ int64) ([]Partition, error) {
-		if disk != "/dev/vda" {
-			t.Errorf("partitions read from %s", disk)
+	esp := disk.Partition{Path: "/dev/vda15", Number: 15, Start: 2048 * 512, Size: 260096 * 512, SectorSize: 512, Type: disk.TypeEFISystem, PartUUID: "8d3f1a2b-1111-4222-8333-944455556666"}
+	c.readPartitions = func(_ context.Context, dev string) ([]disk.Partition, error) {
+		if dev != "/dev/vda" {
+			t.Errorf("partitions read from %s", dev)
 		}
-		return []Partition{{Path: "/dev/vda1", Number: 1, TypeGUID: GUIDRootX86_64, PartUUID: "aaaaaaaa-1111-4222-8333-944455556666"}, esp}, nil
+		return []disk.Partition{{Path: "/dev/vda1", Number: 1, Type: disk.TypeLinuxRootX86_64, PartUUID: "aaaaaaaa-1111-4222-8333-944455556666"}, esp}, nil
 	}
 	vars := c.efiVars
 	hd := bootloader.PartitionInfo{Number: 1, StartLBA: 2048, SizeLBA: 1000, PartUUID: "11111111-2222-4333-8444-555555555555"}

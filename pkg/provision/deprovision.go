@@ -2,7 +2,6 @@ package provision
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,11 +11,6 @@ import (
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 )
-
-// wipeSpan is how much is zeroed at each end of a disk after a failed run:
-// it covers the protective MBR, both GPT headers and tables, and the
-// signatures of common filesystems, RAID and LVM metadata.
-const wipeSpan = 1 << 20
 
 // disabledSuffix is appended to grub.cfg by a soft deprovision.
 const disabledSuffix = ".booty-disabled"
@@ -115,63 +109,5 @@ func (o *Orchestrator) stepDisableBoot(ctx context.Context) error {
 	}
 	o.log.Info("boot disabled: grub.cfg renamed", "files", renamed, "suffix", disabledSuffix)
 	o.addDetail(map[string]string{"disabled": strings.Join(renamed, ",")})
-	return nil
-}
-
-// readPartUUIDs returns the GPT partition GUIDs of d, lower case.
-func readPartUUIDs(d *disk.Disk) (map[string]bool, error) {
-	f, err := os.Open(d.Path)
-	if err != nil {
-		return nil, fmt.Errorf("read the partition table of %s: %w", d.Path, err)
-	}
-	defer f.Close()
-	bs := d.LogicalBlockSize
-	if bs == 0 {
-		bs = 512
-	}
-	parts, err := readPartitionTable(f, bs)
-	if errors.Is(err, ErrNoPartitionTable) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the partition table of %s: %w", d.Path, err)
-	}
-	uuids := map[string]bool{}
-	for _, p := range parts {
-		if p.PartUUID != "" {
-			uuids[strings.ToLower(p.PartUUID)] = true
-		}
-	}
-	return uuids, nil
-}
-
-// wipeEnds zeroes the first and last wipeSpan bytes of path and syncs.
-func wipeEnds(path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("wipe %s: %w", path, err)
-	}
-	defer f.Close()
-	size, err := f.Seek(0, 2)
-	if err != nil {
-		return fmt.Errorf("wipe %s: size: %w", path, err)
-	}
-	zero := make([]byte, wipeSpan)
-	n := int64(wipeSpan)
-	if size < n {
-		n = size
-	}
-	if _, err := f.WriteAt(zero[:n], 0); err != nil {
-		return fmt.Errorf("wipe %s at offset 0: %w", path, err)
-	}
-	if size > n {
-		off := max(size-n, n)
-		if _, err := f.WriteAt(zero[:size-off], off); err != nil {
-			return fmt.Errorf("wipe %s at offset %d: %w", path, off, err)
-		}
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("wipe %s: sync: %w", path, err)
-	}
 	return nil
 }

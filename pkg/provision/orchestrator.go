@@ -58,9 +58,9 @@ type osTarget interface {
 	Mount(ctx context.Context) error
 	Unmount() error
 	Root() string
-	RootPartition() (Partition, bool)
-	ESP() (Partition, bool)
-	Partitions() []Partition
+	RootPartition() (disk.Partition, bool)
+	ESP() (disk.Partition, bool)
+	Partitions() []disk.Partition
 }
 
 // KexecTarget is the installed kernel that the handoff loads.
@@ -94,13 +94,14 @@ type Orchestrator struct {
 	setupMellanox  func(ctx context.Context, numVFs int) (bool, error)
 	newTarget      func(disk string) osTarget
 	growPartition  func(ctx context.Context, d *disk.Disk, size int64) (string, error)
-	growFilesystem func(ctx context.Context, root string, p Partition) error
+	growFilesystem func(ctx context.Context, root string, p disk.Partition) error
 	efiBooted      func() bool
 	findBootEntry  func(root string) (*bootloader.BootEntry, error)
 	wipeDisk       func(ctx context.Context, d disk.Disk, opts disk.WipeOptions) (*disk.WipeReport, error)
 	removeEFI      func(partUUIDs map[string]bool) ([]uint16, error)
 	listEFI        func() ([]string, error)
 	readPartUUIDs  func(d *disk.Disk) (map[string]bool, error)
+	zeroEnds       func(path string) error
 	deployDir      string
 	kexecDir       string
 	devDir         string
@@ -134,12 +135,14 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 	}
 	o.setupMellanox = func(ctx context.Context, numVFs int) (bool, error) { return o.conf.SetupMellanox(ctx, numVFs) }
 	o.newTarget = func(d string) osTarget {
-		t := NewTarget(d)
+		t := NewInstalledOS(o.disks, d)
 		t.Log = o.log
 		return t
 	}
-	o.growPartition = o.growPartitionTable
-	o.growFilesystem = func(ctx context.Context, root string, p Partition) error {
+	o.growPartition = func(ctx context.Context, d *disk.Disk, size int64) (string, error) {
+		return o.disks.GrowPartitionTable(ctx, *d, size)
+	}
+	o.growFilesystem = func(ctx context.Context, root string, p disk.Partition) error {
 		return disk.GrowFilesystem(ctx, ExecRunner{Log: o.log}, root, p.Path, p.FSType)
 	}
 	// One place decides whether this is a UEFI machine: the configurator,
@@ -163,7 +166,8 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 		}
 		return left, err
 	}
-	o.readPartUUIDs = readPartUUIDs
+	o.readPartUUIDs = func(d *disk.Disk) (map[string]bool, error) { return o.disks.PartUUIDs(*d) }
+	o.zeroEnds = func(path string) error { return o.disks.ZeroEnds(path) }
 	return o
 }
 
@@ -299,7 +303,7 @@ func (o *Orchestrator) cleanupAfterFailure() {
 		}
 	}
 	if written && t != nil {
-		if err := wipeEnds(t.Path); err != nil {
+		if err := o.zeroEnds(t.Path); err != nil {
 			o.log.Error("cannot make the disk unbootable after the failure", "disk", t.Path, "error", err)
 			return
 		}
@@ -378,32 +382,6 @@ func (o *Orchestrator) stepGrowPartition(ctx context.Context) error {
 	return nil
 }
 
-func (o *Orchestrator) growPartitionTable(ctx context.Context, d *disk.Disk, size int64) (string, error) {
-	if err := o.disks.RereadPartitions(d.Path); err != nil {
-		return "", err
-	}
-	f, err := os.OpenFile(d.Path, os.O_RDWR, 0)
-	if err != nil {
-		return "", fmt.Errorf("open %s: %w", d.Path, err)
-	}
-	res, err := disk.GrowGPT(f, d.Size, disk.GrowOptions{Size: size, SectorSize: d.LogicalBlockSize})
-	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("close %s: %w", d.Path, cerr)
-	}
-	if errors.Is(err, disk.ErrNoGPT) {
-		// An MBR image: booty grows GPT disks only; the image boots as written.
-		o.log.Warn("no GPT on the disk: partition table left as the image wrote it", "disk", d.Path)
-		return "not grown: no GPT", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("grow the partition table of %s: %w", d.Path, err)
-	}
-	if err := o.disks.RereadPartitions(d.Path); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%+v", *res), nil
-}
-
 func (o *Orchestrator) stepMountRoot(ctx context.Context) error {
 	t := o.Target()
 	target := o.newTarget(t.Path)
@@ -426,7 +404,7 @@ func (o *Orchestrator) stepMountRoot(ctx context.Context) error {
 // links that udev would (the initramfs has no udev). The installed OS's
 // tools look for them: grub-mkconfig writes root=UUID=... only when
 // /dev/disk/by-uuid/<uuid> exists. Failures are logged, not fatal.
-func (o *Orchestrator) linkDiskNodes(parts []Partition) {
+func (o *Orchestrator) linkDiskNodes(parts []disk.Partition) {
 	for _, p := range parts {
 		for dir, name := range map[string]string{"by-uuid": p.UUID, "by-partuuid": p.PartUUID, "by-label": p.Label} {
 			if name == "" || p.Path == "" || strings.ContainsAny(name, "/") {

@@ -80,7 +80,7 @@ func newTestOrchestrator(t *testing.T, cfg *config.MachineConfig, p config.Provi
 	o.kexecDir = filepath.Join(t.TempDir(), "kexec")
 	o.devDir = filepath.Join(t.TempDir(), "dev")
 	o.growPartition = func(context.Context, *disk.Disk, int64) (string, error) { return "grown", nil }
-	o.growFilesystem = func(context.Context, string, Partition) error { return nil }
+	o.growFilesystem = func(context.Context, string, disk.Partition) error { return nil }
 	o.conf.SetRunner(&fakeRunner{})
 	return o, &logs
 }
@@ -318,7 +318,7 @@ type fakeOS struct {
 	mounts    int
 	unmounts  int
 	mountErr  error
-	partition Partition
+	partition disk.Partition
 }
 
 func (f *fakeOS) Mount(context.Context) error {
@@ -327,9 +327,9 @@ func (f *fakeOS) Mount(context.Context) error {
 }
 func (f *fakeOS) Unmount() error                   { f.unmounts++; return nil }
 func (f *fakeOS) Root() string                     { return f.root }
-func (f *fakeOS) RootPartition() (Partition, bool) { return f.partition, true }
-func (f *fakeOS) ESP() (Partition, bool)           { return Partition{}, false }
-func (f *fakeOS) Partitions() []Partition          { return []Partition{f.partition} }
+func (f *fakeOS) RootPartition() (disk.Partition, bool) { return f.partition, true }
+func (f *fakeOS) ESP() (disk.Partition, bool)           { return disk.Partition{}, false }
+func (f *fakeOS) Partitions() []disk.Partition          { return []disk.Partition{f.partition} }
 
 func newFakeOS(t *testing.T) *fakeOS {
 	root := t.TempDir()
@@ -342,7 +342,7 @@ func newFakeOS(t *testing.T) *fakeOS {
 	os.WriteFile(filepath.Join(root, "boot/initrd.img-6.1.0-1-amd64"), []byte("INITRD"), 0o644)
 	os.WriteFile(filepath.Join(root, "boot/grub/grub.cfg"), []byte("menuentry 'Debian' {\n linux /boot/vmlinuz-6.1.0-1-amd64 root=UUID=abc ro quiet\n initrd /boot/initrd.img-6.1.0-1-amd64\n}\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "boot/efi/EFI/debian/grub.cfg"), []byte("configfile $prefix/grub.cfg\n"), 0o644)
-	return &fakeOS{root: root, partition: Partition{Path: "/dev/vda2", Number: 2, FSType: "ext4",
+	return &fakeOS{root: root, partition: disk.Partition{Path: "/dev/vda2", Number: 2, FSType: "ext4",
 		UUID: "fs-uuid-2", PartUUID: "part-uuid-2", Label: "root"}}
 }
 
@@ -354,8 +354,8 @@ func TestProvisionConfiguresAndPreparesKexec(t *testing.T) {
 	o, _ := newTestOrchestrator(t, cfg, p)
 	fos := newFakeOS(t)
 	o.newTarget = func(string) osTarget { return fos }
-	var grewFS Partition
-	o.growFilesystem = func(_ context.Context, root string, part Partition) error {
+	var grewFS disk.Partition
+	o.growFilesystem = func(_ context.Context, root string, part disk.Partition) error {
 		if root != fos.root {
 			t.Errorf("grow-filesystem root %q", root)
 		}
@@ -404,6 +404,7 @@ func TestFailureAfterWriteMakesDiskUnbootable(t *testing.T) {
 	o.dumpDebugState = func(string) {}
 	fos := newFakeOS(t)
 	o.newTarget = func(string) osTarget { return fos }
+	o.disks = &disk.Manager{}
 	path := filepath.Join(t.TempDir(), "disk")
 	data := bytes.Repeat([]byte{0xAB}, 4<<20)
 	os.WriteFile(path, data, 0o600)
@@ -420,11 +421,11 @@ func TestFailureAfterWriteMakesDiskUnbootable(t *testing.T) {
 		t.Errorf("unmounted %d times after the failure", fos.unmounts)
 	}
 	got, _ := os.ReadFile(path)
-	zero := make([]byte, wipeSpan)
-	if !bytes.Equal(got[:wipeSpan], zero) || !bytes.Equal(got[len(got)-wipeSpan:], zero) {
+	zero := make([]byte, disk.EndsSpan)
+	if !bytes.Equal(got[:disk.EndsSpan], zero) || !bytes.Equal(got[len(got)-disk.EndsSpan:], zero) {
 		t.Fatal("disk ends not zeroed after a failure past the write")
 	}
-	if !bytes.Equal(got[wipeSpan:len(got)-wipeSpan], data[wipeSpan:len(got)-wipeSpan]) {
+	if !bytes.Equal(got[disk.EndsSpan:len(got)-disk.EndsSpan], data[disk.EndsSpan:len(got)-disk.EndsSpan]) {
 		t.Fatal("middle changed")
 	}
 }

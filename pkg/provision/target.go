@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/booty-dev/booty/pkg/disk"
 )
 
 // DefaultMountDir is where the installed OS is mounted for configuration.
@@ -34,12 +36,12 @@ var rootLabels = []string{"root", "rootfs", "cloudimg-rootfs", "img-rootfs", "ro
 // partition device nodes after the partition table was re-read.
 const partitionWait = 10 * time.Second
 
-// Target mounts the OS installed on a disk so it can be configured:
+// InstalledOS mounts the OS installed on a disk so it can be configured:
 // the root filesystem at MountDir, the filesystems its /etc/fstab places
 // on the same disk (/boot, /boot/efi, /var, ...), the ESP, and bind
 // mounts of the agent's /dev, /proc, /sys (+efivars) and /run for a
 // chroot. Every mount is recorded; Unmount undoes them in reverse order.
-type Target struct {
+type InstalledOS struct {
 	// Disk is the whole-disk device node, "/dev/vda".
 	Disk string
 	// MountDir is where the root filesystem goes; empty means DefaultMountDir.
@@ -55,29 +57,29 @@ type Target struct {
 	// MountFunc and UnmountFunc are mount(2) and umount2(2); tests replace them.
 	MountFunc   func(source, target, fstype string, flags uintptr, data string) error
 	UnmountFunc func(target string, flags int) error
-	// ReadPartitions lists the disk's partitions with their filesystems;
-	// the default reads the partition table and superblocks of Disk,
-	// waiting for the kernel's partition device nodes.
-	ReadPartitions func(ctx context.Context, disk string, blockSize int64) ([]Partition, error)
+	// ReadPartitions lists the disk's partitions with their filesystems
+	// (disk.Manager.ReadPartitions); tests replace it.
+	ReadPartitions func(ctx context.Context, dev string) ([]disk.Partition, error)
 
-	parts  []Partition
-	root   *Partition
-	esp    *Partition
+	parts  []disk.Partition
+	root   *disk.Partition
+	esp    *disk.Partition
 	mounts []string // host paths, in mount order
 }
 
-// NewTarget returns a Target for disk with the system's mount calls.
-func NewTarget(disk string) *Target {
-	return &Target{
-		Disk:           disk,
+// NewInstalledOS returns an InstalledOS for the disk dev with the
+// system's mount calls, reading partitions through disks.
+func NewInstalledOS(disks *disk.Manager, dev string) *InstalledOS {
+	return &InstalledOS{
+		Disk:           dev,
 		MountDir:       DefaultMountDir,
 		MountFunc:      unix.Mount,
 		UnmountFunc:    unix.Unmount,
-		ReadPartitions: readDiskPartitions,
+		ReadPartitions: disks.ReadPartitions,
 	}
 }
 
-func (t *Target) log() *slog.Logger {
+func (t *InstalledOS) log() *slog.Logger {
 	if t.Log == nil {
 		return slog.Default().With("component", "provision")
 	}
@@ -85,7 +87,7 @@ func (t *Target) log() *slog.Logger {
 }
 
 // Root returns the directory the installed OS is mounted at.
-func (t *Target) Root() string {
+func (t *InstalledOS) Root() string {
 	if t.MountDir == "" {
 		return DefaultMountDir
 	}
@@ -93,26 +95,26 @@ func (t *Target) Root() string {
 }
 
 // Partitions returns the partitions Mount found on the disk.
-func (t *Target) Partitions() []Partition { return slices.Clone(t.parts) }
+func (t *InstalledOS) Partitions() []disk.Partition { return slices.Clone(t.parts) }
 
 // RootPartition returns the partition mounted as root; false before Mount.
-func (t *Target) RootPartition() (Partition, bool) {
+func (t *InstalledOS) RootPartition() (disk.Partition, bool) {
 	if t.root == nil {
-		return Partition{}, false
+		return disk.Partition{}, false
 	}
 	return *t.root, true
 }
 
 // ESP returns the EFI system partition of the disk; false when there is none.
-func (t *Target) ESP() (Partition, bool) {
+func (t *InstalledOS) ESP() (disk.Partition, bool) {
 	if t.esp == nil {
-		return Partition{}, false
+		return disk.Partition{}, false
 	}
 	return *t.esp, true
 }
 
 // Mounted returns the host paths mounted so far, in mount order.
-func (t *Target) Mounted() []string { return slices.Clone(t.mounts) }
+func (t *InstalledOS) Mounted() []string { return slices.Clone(t.mounts) }
 
 // Mount finds the installed OS on Disk and mounts it, in order:
 //
@@ -135,7 +137,7 @@ func (t *Target) Mounted() []string { return slices.Clone(t.mounts) }
 // cannot redirect a mount outside it. On failure everything mounted so
 // far is unmounted and the error says what failed; with no recognisable
 // root the error lists the partitions seen.
-func (t *Target) Mount(ctx context.Context) (err error) {
+func (t *InstalledOS) Mount(ctx context.Context) (err error) {
 	if t.Disk == "" {
 		return errors.New("mount target: no disk")
 	}
@@ -149,18 +151,17 @@ func (t *Target) Mount(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	read := t.ReadPartitions
-	if read == nil {
-		read = readDiskPartitions
+	if t.ReadPartitions == nil {
+		return fmt.Errorf("mount target %s: no partition reader", t.Disk)
 	}
-	parts, err := read(ctx, t.Disk, t.BlockSize)
+	parts, err := t.ReadPartitions(ctx, t.Disk)
 	if err != nil {
 		return fmt.Errorf("mount target %s: %w", t.Disk, err)
 	}
 	t.parts = parts
 	t.root, t.esp = nil, nil
 	for i := range parts {
-		if parts[i].TypeGUID == GUIDESP || parts[i].MBRType == 0xef {
+		if parts[i].Type == disk.TypeEFISystem || parts[i].MBRType == 0xef {
 			t.esp = &parts[i]
 			break
 		}
@@ -181,9 +182,9 @@ func (t *Target) Mount(ctx context.Context) (err error) {
 }
 
 // rootCandidates orders the partitions that may hold the root filesystem.
-func rootCandidates(parts []Partition) []*Partition {
-	var out []*Partition
-	add := func(match func(p *Partition) bool) {
+func rootCandidates(parts []disk.Partition) []*disk.Partition {
+	var out []*disk.Partition
+	add := func(match func(p *disk.Partition) bool) {
 		for i := range parts {
 			p := &parts[i]
 			if match(p) && !slices.Contains(out, p) && mountableFS(p.FSType) {
@@ -191,23 +192,23 @@ func rootCandidates(parts []Partition) []*Partition {
 			}
 		}
 	}
-	add(func(p *Partition) bool { return p.TypeGUID == GUIDRootX86_64 || p.TypeGUID == GUIDRootAArch64 })
-	add(func(p *Partition) bool {
-		return slices.Contains(rootLabels, p.Label) || slices.Contains(rootLabels, p.PartLabel)
+	add(func(p *disk.Partition) bool { return p.Type == disk.TypeLinuxRootX86_64 || p.Type == disk.TypeLinuxRootARM64 })
+	add(func(p *disk.Partition) bool {
+		return slices.Contains(rootLabels, p.Label) || slices.Contains(rootLabels, p.Name)
 	})
-	var rest []*Partition
+	var rest []*disk.Partition
 	for i := range parts {
 		p := &parts[i]
-		if (p.TypeGUID == GUIDLinuxFS || p.MBRType == 0x83 || (p.TypeGUID == "" && p.MBRType == 0)) &&
+		if (p.Type == disk.TypeLinuxFilesystem || p.MBRType == 0x83 || (p.Type == "" && p.MBRType == 0)) &&
 			!slices.Contains(out, p) && mountableFS(p.FSType) {
 			rest = append(rest, p)
 		}
 	}
-	slices.SortStableFunc(rest, func(a, b *Partition) int {
+	slices.SortStableFunc(rest, func(a, b *disk.Partition) int {
 		switch {
-		case a.SizeLBA > b.SizeLBA:
+		case a.Size > b.Size:
 			return -1
-		case a.SizeLBA < b.SizeLBA:
+		case a.Size < b.Size:
 			return 1
 		}
 		return 0
@@ -223,7 +224,7 @@ func mountableFS(fstype string) bool {
 	return false
 }
 
-func (t *Target) mountRoot() error {
+func (t *InstalledOS) mountRoot() error {
 	dir := t.Root()
 	cands := rootCandidates(t.parts)
 	for _, p := range cands {
@@ -317,7 +318,7 @@ func unescapeOctal(s string) string {
 }
 
 // findPartition returns the partition an fstab device spec names.
-func findPartition(parts []Partition, spec string) *Partition {
+func findPartition(parts []disk.Partition, spec string) *disk.Partition {
 	key, val, ok := strings.Cut(spec, "=")
 	if !ok {
 		for _, pre := range []struct{ dir, key string }{
@@ -342,14 +343,14 @@ func findPartition(parts []Partition, spec string) *Partition {
 			return p
 		case key == "PARTUUID" && val != "" && strings.EqualFold(val, p.PartUUID):
 			return p
-		case key == "PARTLABEL" && val != "" && val == p.PartLabel:
+		case key == "PARTLABEL" && val != "" && val == p.Name:
 			return p
 		}
 	}
 	return nil
 }
 
-func (t *Target) mountFstab() error {
+func (t *InstalledOS) mountFstab() error {
 	root := targetFS{dir: t.Root()}
 	data, err := root.readFile("etc/fstab")
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -401,7 +402,7 @@ func (t *Target) mountFstab() error {
 
 // mountInRoot mounts source at mp inside the root, resolving mp there and
 // creating it when missing.
-func (t *Target) mountInRoot(source, mp, fstype, data string) error {
+func (t *InstalledOS) mountInRoot(source, mp, fstype, data string) error {
 	rel, err := (targetFS{dir: t.Root()}).mkdirAll(mp, 0o755)
 	if err != nil {
 		return fmt.Errorf("mount target %s: mount point %s: %w", t.Disk, mp, err)
@@ -412,7 +413,7 @@ func (t *Target) mountInRoot(source, mp, fstype, data string) error {
 	return nil
 }
 
-func (t *Target) mountBinds() error {
+func (t *InstalledOS) mountBinds() error {
 	binds := t.Binds
 	if binds == nil {
 		binds = DefaultBinds
@@ -433,7 +434,7 @@ func (t *Target) mountBinds() error {
 	return nil
 }
 
-func (t *Target) mount(source, target, fstype string, flags uintptr, data string) error {
+func (t *InstalledOS) mount(source, target, fstype string, flags uintptr, data string) error {
 	mnt := t.MountFunc
 	if mnt == nil {
 		mnt = unix.Mount
@@ -453,7 +454,7 @@ func cmpOr(a, b string) string {
 	return a
 }
 
-func (t *Target) unmountOne(p string) error {
+func (t *InstalledOS) unmountOne(p string) error {
 	um := t.UnmountFunc
 	if um == nil {
 		um = unix.Unmount
@@ -469,7 +470,7 @@ func (t *Target) unmountOne(p string) error {
 	return nil
 }
 
-func (t *Target) unmountLast() error {
+func (t *InstalledOS) unmountLast() error {
 	if len(t.mounts) == 0 {
 		return nil
 	}
@@ -485,7 +486,7 @@ func (t *Target) unmountLast() error {
 // detached lazily (MNT_DETACH). It goes on after a failure and returns
 // all failures joined; the mounts that failed stay recorded so a second
 // call retries them.
-func (t *Target) Unmount() error {
+func (t *InstalledOS) Unmount() error {
 	var errs []error
 	var kept []string
 	for i := len(t.mounts) - 1; i >= 0; i-- {
@@ -496,68 +497,4 @@ func (t *Target) Unmount() error {
 	}
 	t.mounts = kept
 	return errors.Join(errs...)
-}
-
-// partitionPath names partition n of disk the way the kernel does:
-// "/dev/vda2", "/dev/nvme0n1p2", "/dev/loop0p2", "/dev/mmcblk0p2".
-func partitionPath(disk string, n int) string {
-	if disk != "" && disk[len(disk)-1] >= '0' && disk[len(disk)-1] <= '9' {
-		return fmt.Sprintf("%sp%d", disk, n)
-	}
-	return fmt.Sprintf("%s%d", disk, n)
-}
-
-// readDiskPartitions reads disk's partition table, waits (bounded by
-// partitionWait and ctx) for every partition's device node, and probes
-// each partition's filesystem.
-func readDiskPartitions(ctx context.Context, disk string, blockSize int64) ([]Partition, error) {
-	dev, err := filepath.EvalSymlinks(disk)
-	if err != nil {
-		return nil, fmt.Errorf("read partitions of %s: %w", disk, err)
-	}
-	f, err := os.Open(dev)
-	if err != nil {
-		return nil, fmt.Errorf("read partitions of %s: %w", disk, err)
-	}
-	if blockSize <= 0 {
-		if n, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKSSZGET); err == nil && n > 0 {
-			blockSize = int64(n)
-		} else {
-			blockSize = 512
-		}
-	}
-	parts, err := readPartitionTable(f, blockSize)
-	f.Close()
-	if err != nil {
-		return nil, fmt.Errorf("read partitions of %s: %w", disk, err)
-	}
-	deadline := time.Now().Add(partitionWait)
-	for i := range parts {
-		p := &parts[i]
-		p.Path = partitionPath(dev, p.Number)
-		for {
-			st, err := os.Stat(p.Path)
-			if err == nil && st.Mode()&fs.ModeDevice != 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("read partitions of %s: device node %s did not appear within %s", disk, p.Path, partitionWait)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("read partitions of %s: waiting for %s: %w", disk, p.Path, ctx.Err())
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		pf, err := os.Open(p.Path)
-		if err != nil {
-			return nil, fmt.Errorf("read partitions of %s: %w", disk, err)
-		}
-		err = probeFS(pf, p)
-		pf.Close()
-		if err != nil {
-			return nil, fmt.Errorf("read partitions of %s: %w", disk, err)
-		}
-	}
-	return parts, nil
 }

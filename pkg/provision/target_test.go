@@ -1,9 +1,7 @@
 package provision
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/booty-dev/booty/pkg/disk"
 )
 
 func needTools(t *testing.T, tools ...string) {
@@ -44,99 +44,6 @@ func sparseFile(t *testing.T, p string, size int64) {
 	defer f.Close()
 	if err := f.Truncate(size); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestReadPartitionTableGPT(t *testing.T) {
-	needTools(t, "sgdisk")
-	img := filepath.Join(t.TempDir(), "disk.img")
-	sparseFile(t, img, 64<<20)
-	run(t, "sgdisk",
-		"-n", "1:2048:+16M", "-t", "1:ef00", "-c", "1:EFI System", "-u", "1:8D3F1A2B-1111-4222-8333-944455556666",
-		"-n", "2:0:+8M", "-t", "2:8200",
-		"-n", "3:0:0", "-t", "3:8304", "-c", "3:root", img)
-	f, err := os.Open(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	parts, err := readPartitionTable(f, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(parts) != 3 {
-		t.Fatalf("partitions = %+v, want 3", parts)
-	}
-	want := []Partition{
-		{Number: 1, StartLBA: 2048, SizeLBA: 32768, TypeGUID: GUIDESP, PartUUID: "8d3f1a2b-1111-4222-8333-944455556666", PartLabel: "EFI System"},
-		{Number: 2, StartLBA: 34816, SizeLBA: 16384, TypeGUID: GUIDLinuxSwap},
-		{Number: 3, StartLBA: 51200, TypeGUID: GUIDRootX86_64, PartLabel: "root"},
-	}
-	for i, w := range want {
-		g := parts[i]
-		g.PartUUID = map[bool]string{true: g.PartUUID, false: ""}[w.PartUUID != ""]
-		if i == 2 {
-			g.SizeLBA = 0
-		}
-		if g != w {
-			t.Errorf("partition %d = %+v, want %+v", i+1, parts[i], w)
-		}
-	}
-	// No partition table at all.
-	empty := filepath.Join(t.TempDir(), "empty.img")
-	sparseFile(t, empty, 1<<20)
-	ef, _ := os.Open(empty)
-	defer ef.Close()
-	if _, err := readPartitionTable(ef, 512); !errors.Is(err, ErrNoPartitionTable) {
-		t.Errorf("empty disk: err = %v, want ErrNoPartitionTable", err)
-	}
-}
-
-// TestReadPartitionTableMBR: an MBR disk gives MBR types and raw LBAs, no
-// type GUIDs; the size comes from bytes.Reader's Size.
-func TestReadPartitionTableMBR(t *testing.T) {
-	mbr := make([]byte, 1<<20)
-	mbr[510], mbr[511] = 0x55, 0xaa
-	for i, e := range []struct {
-		typ         byte
-		start, size uint32
-	}{{0xef, 2048, 4096}, {0x05, 6144, 100}, {0x83, 8192, 1000}} {
-		b := mbr[446+16*i:]
-		b[4] = e.typ
-		binary.LittleEndian.PutUint32(b[8:], e.start)
-		binary.LittleEndian.PutUint32(b[12:], e.size)
-	}
-	parts, err := readPartitionTable(bytes.NewReader(mbr), 512)
-	want := []Partition{{Number: 1, StartLBA: 2048, SizeLBA: 4096, MBRType: 0xef}, {Number: 3, StartLBA: 8192, SizeLBA: 1000, MBRType: 0x83}}
-	if err != nil || !slices.Equal(parts, want) {
-		t.Errorf("readPartitionTable = %+v, %v; want %+v (the extended partition left out)", parts, err, want)
-	}
-}
-
-// TestProbeFS checks that the fsprobe result lands in the partition
-// (fsprobe's own tests cover the filesystems) and that unknown content
-// leaves it empty without an error.
-func TestProbeFS(t *testing.T) {
-	needTools(t, "mkfs.ext4")
-	img := filepath.Join(t.TempDir(), "fs.img")
-	sparseFile(t, img, 32<<20)
-	run(t, "mkfs.ext4", "-q", "-F", "-L", "cloudimg-rootfs", "-U", "5b4c1a7e-9f3d-4c2b-8e6f-0a1b2c3d4e5f", img)
-	f, err := os.Open(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p := Partition{Path: "/dev/vda1", Number: 1}
-	if err := probeFS(f, &p); err != nil {
-		t.Fatal(err)
-	}
-	want := Partition{Path: "/dev/vda1", Number: 1, FSType: "ext4", Label: "cloudimg-rootfs", UUID: "5b4c1a7e-9f3d-4c2b-8e6f-0a1b2c3d4e5f"}
-	if p != want {
-		t.Errorf("probe = %+v, want %+v", p, want)
-	}
-	var z Partition
-	if err := probeFS(bytes.NewReader(make([]byte, 4096)), &z); err != nil || z.FSType != "" {
-		t.Errorf("zeros: %+v, %v; want no filesystem", z, err)
 	}
 }
 
@@ -187,23 +94,23 @@ func (f *fakeMounts) unmount(target string, flags int) error {
 	return nil
 }
 
-var testParts = []Partition{
-	{Path: "/dev/vda1", Number: 1, TypeGUID: GUIDLinuxFS, FSType: "ext4", UUID: "aaaa0000-0000-4000-8000-000000000001", Label: "data", SizeLBA: 100},
-	{Path: "/dev/vda14", Number: 14, TypeGUID: GUIDBIOSBoot},
-	{Path: "/dev/vda15", Number: 15, TypeGUID: GUIDESP, FSType: "vfat", UUID: "1A2B-3C4D", Label: "UEFI", PartUUID: "8d3f1a2b-1111-4222-8333-944455556666"},
-	{Path: "/dev/vda16", Number: 16, TypeGUID: GUIDXBootLdr, FSType: "ext4", UUID: "bbbb0000-0000-4000-8000-000000000002", Label: "BOOT"},
-	{Path: "/dev/vda2", Number: 2, TypeGUID: GUIDLinuxFS, FSType: "ext4", UUID: "cccc0000-0000-4000-8000-000000000003", Label: "cloudimg-rootfs", SizeLBA: 50},
-	{Path: "/dev/vda3", Number: 3, TypeGUID: GUIDLinuxFS, FSType: "xfs", PartUUID: "dddd0000-0000-4000-8000-000000000004", SizeLBA: 10},
+var testParts = []disk.Partition{
+	{Path: "/dev/vda1", Number: 1, Type: disk.TypeLinuxFilesystem, FSType: "ext4", UUID: "aaaa0000-0000-4000-8000-000000000001", Label: "data", Size: 100},
+	{Path: "/dev/vda14", Number: 14, Type: disk.TypeBIOSBoot},
+	{Path: "/dev/vda15", Number: 15, Type: disk.TypeEFISystem, FSType: "vfat", UUID: "1A2B-3C4D", Label: "UEFI", PartUUID: "8d3f1a2b-1111-4222-8333-944455556666"},
+	{Path: "/dev/vda16", Number: 16, Type: disk.TypeXBOOTLDR, FSType: "ext4", UUID: "bbbb0000-0000-4000-8000-000000000002", Label: "BOOT"},
+	{Path: "/dev/vda2", Number: 2, Type: disk.TypeLinuxFilesystem, FSType: "ext4", UUID: "cccc0000-0000-4000-8000-000000000003", Label: "cloudimg-rootfs", Size: 50},
+	{Path: "/dev/vda3", Number: 3, Type: disk.TypeLinuxFilesystem, FSType: "xfs", PartUUID: "dddd0000-0000-4000-8000-000000000004", Size: 10},
 }
 
-func newFakeTarget(t *testing.T, parts []Partition, trees map[string]map[string]string) (*Target, *fakeMounts) {
+func newFakeTarget(t *testing.T, parts []disk.Partition, trees map[string]map[string]string) (*InstalledOS, *fakeMounts) {
 	fm := &fakeMounts{t: t, trees: trees, busyOnce: map[string]bool{}}
-	tg := NewTarget("/dev/vda")
+	tg := NewInstalledOS(nil, "/dev/vda")
 	tg.MountDir = filepath.Join(t.TempDir(), "root")
 	tg.Binds = []string{"/proc", "/no-such-dir-booty"}
 	tg.Log = testLogger(t)
 	tg.MountFunc, tg.UnmountFunc = fm.mount, fm.unmount
-	tg.ReadPartitions = func(context.Context, string, int64) ([]Partition, error) { return slices.Clone(parts), nil }
+	tg.ReadPartitions = func(context.Context, string) ([]disk.Partition, error) { return slices.Clone(parts), nil }
 	return tg, fm
 }
 
@@ -273,7 +180,7 @@ func TestTargetMountRootSearch(t *testing.T) {
 		"/dev/vda2": {"usr/lib/os-release": "NAME=Debian\n", "boot/efi/": ""},
 	})
 	// Not a root label: only size orders the Linux filesystems.
-	tg.ReadPartitions = func(context.Context, string, int64) ([]Partition, error) {
+	tg.ReadPartitions = func(context.Context, string) ([]disk.Partition, error) {
 		ps := slices.Clone(testParts)
 		ps[4].Label = ""
 		return ps, nil
@@ -300,7 +207,7 @@ func TestTargetMountFailures(t *testing.T) {
 	t.Run("no root", func(t *testing.T) {
 		tg, fm := newFakeTarget(t, testParts, nil)
 		err := tg.Mount(t.Context())
-		if err == nil || !strings.Contains(err.Error(), "no root filesystem on /dev/vda: partitions seen: /dev/vda1 type="+GUIDLinuxFS+` fs=ext4 label="data"`) {
+		if err == nil || !strings.Contains(err.Error(), "no root filesystem on /dev/vda: partitions seen: /dev/vda1 type="+disk.TypeLinuxFilesystem+` fs=ext4 label="data"`) {
 			t.Fatalf("err = %v", err)
 		}
 		if len(tg.Mounted()) != 0 {
@@ -334,8 +241,8 @@ func TestTargetMountFailures(t *testing.T) {
 	})
 	t.Run("no partition table", func(t *testing.T) {
 		tg, _ := newFakeTarget(t, nil, nil)
-		tg.ReadPartitions = func(context.Context, string, int64) ([]Partition, error) { return nil, ErrNoPartitionTable }
-		if err := tg.Mount(t.Context()); !errors.Is(err, ErrNoPartitionTable) {
+		tg.ReadPartitions = func(context.Context, string) ([]disk.Partition, error) { return nil, disk.ErrNoPartitionTable }
+		if err := tg.Mount(t.Context()); !errors.Is(err, disk.ErrNoPartitionTable) {
 			t.Errorf("err = %v", err)
 		}
 	})
@@ -362,11 +269,6 @@ func TestParseFstabAndFind(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("findPartition(%q) = %q, want %q", spec, got, want)
-		}
-	}
-	for disk, want := range map[string]string{"/dev/vda": "/dev/vda2", "/dev/nvme0n1": "/dev/nvme0n1p2", "/dev/loop3": "/dev/loop3p2", "/dev/mmcblk0": "/dev/mmcblk0p2"} {
-		if got := partitionPath(disk, 2); got != want {
-			t.Errorf("partitionPath(%s) = %s, want %s", disk, got, want)
 		}
 	}
 }
@@ -427,7 +329,7 @@ func TestTargetMountLoopDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tg := NewTarget(loop)
+	tg := NewInstalledOS(disk.NewManager(), loop)
 	tg.MountDir = filepath.Join(t.TempDir(), "root")
 	tg.Log = testLogger(t)
 	if err := tg.Mount(t.Context()); err != nil {

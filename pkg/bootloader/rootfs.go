@@ -1,8 +1,6 @@
 package bootloader
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +9,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/chroot"
+	"github.com/booty-dev/booty/pkg/fstab"
 )
 
 // fstabEntry is one line of the installed OS's /etc/fstab.
@@ -20,6 +21,8 @@ type fstabEntry struct {
 }
 
 // readFstab parses root/etc/fstab; a missing file gives no entries.
+// Entries without a type or with a mount point that is not absolute are
+// left out.
 func readFstab(root string) ([]fstabEntry, error) {
 	b, err := os.ReadFile(filepath.Join(root, "etc/fstab"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -29,40 +32,18 @@ func readFstab(root string) ([]fstabEntry, error) {
 		return nil, fmt.Errorf("read fstab: %w", err)
 	}
 	var out []fstabEntry
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 3 || strings.HasPrefix(f[0], "#") || !strings.HasPrefix(f[1], "/") {
+	for _, f := range fstab.Parse(b) {
+		if f.Type == "" || !strings.HasPrefix(f.File, "/") {
 			continue
 		}
-		e := fstabEntry{spec: unescapeFstab(f[0]), mountpoint: path.Clean(unescapeFstab(f[1])), fstype: f[2]}
-		if len(f) > 3 && f[2] == "btrfs" {
-			for _, o := range strings.Split(f[3], ",") {
-				if v, ok := strings.CutPrefix(o, "subvol="); ok {
-					e.subvol = strings.Trim(v, "/")
-				}
-			}
+		e := fstabEntry{spec: f.Spec, mountpoint: f.File, fstype: f.Type}
+		if v, ok := f.Option("subvol"); ok && f.Type == "btrfs" {
+			e.subvol = strings.Trim(v, "/")
 		}
 		out = append(out, e)
 	}
-	return out, sc.Err()
+	return out, nil
 }
-
-// unescapeFstab decodes fstab's octal escapes ("\040" for a space).
-func unescapeFstab(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // fsKey turns an fstab spec or a GRUB search into a lookup key:
 // "uuid/<lower>", "label/<label>", "partuuid/<lower>", "partlabel/<label>";
@@ -150,34 +131,15 @@ func (r *rootFS) host(rel string) string {
 	return filepath.Join(r.root, r.resolveLinks(rel))
 }
 
-// resolveLinks resolves symlinks in rel within root and returns the
-// resulting path inside the installed OS.
+// resolveLinks resolves symlinks in rel within root (chroot.Resolve) and
+// returns the resulting absolute path inside the installed OS; a path that
+// cannot be resolved (a link loop) is returned cleaned, as written.
 func (r *rootFS) resolveLinks(rel string) string {
-	rest := strings.Split(strings.Trim(path.Clean("/"+rel), "/"), "/")
-	cur := "/"
-	for links := 0; len(rest) > 0; {
-		c := rest[0]
-		rest = rest[1:]
-		if c == "" || c == "." {
-			continue
-		}
-		if c == ".." {
-			cur = path.Dir(cur)
-			continue
-		}
-		next := path.Join(cur, c)
-		target, err := os.Readlink(filepath.Join(r.root, next))
-		if err != nil || links >= 40 {
-			cur = next
-			continue
-		}
-		links++
-		if strings.HasPrefix(target, "/") {
-			cur = "/"
-		}
-		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
+	p, err := chroot.Resolve(r.root, rel, true)
+	if err != nil {
+		return path.Clean("/" + rel)
 	}
-	return cur
+	return "/" + p
 }
 
 func (r *rootFS) exists(rel string) bool {

@@ -9,10 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/booty-dev/booty/pkg/disk"
 )
 
 // MountFunc has the signature of unix.Mount.
@@ -105,46 +106,28 @@ func (p *ConfigDriveProvider) root(v, def string) string {
 }
 
 // Find lists the block devices whose filesystem label is one of Labels, in
-// name order. A missing SysRoot/class/block gives ErrNoConfig; a device that
-// cannot be opened or read is skipped and logged at debug level.
+// name order (disk.Manager.FindLabeled over SysRoot and DevRoot), keeping
+// those whose filesystem a config drive can be. A missing
+// SysRoot/class/block gives ErrNoConfig.
 func (p *ConfigDriveProvider) Find() ([]Drive, error) {
 	log := orDiscard(p.Log)
-	classDir := filepath.Join(p.root(p.SysRoot, "/sys"), "class", "block")
-	devRoot := p.root(p.DevRoot, "/dev")
-	entries, err := os.ReadDir(classDir)
+	m := &disk.Manager{SysRoot: p.root(p.SysRoot, "/sys"), DevRoot: p.root(p.DevRoot, "/dev"), Log: log}
+	found, err := m.FindLabeled(p.labels())
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s does not exist", ErrNoConfig, classDir)
+		return nil, fmt.Errorf("%w: %w", ErrNoConfig, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list block devices in %s: %w", classDir, err)
+		return nil, err
 	}
 	var out []Drive
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, "ram") || strings.HasPrefix(name, "zram") {
+	for _, l := range found {
+		fstype, ok := mountType(l.FSType)
+		if !ok {
+			log.Debug("skip labelled device: not a config drive filesystem", "device", l.Device, "fstype", l.FSType)
 			continue
 		}
-		if size, err := os.ReadFile(filepath.Join(classDir, name, "size")); err == nil && strings.TrimSpace(string(size)) == "0" {
-			continue
-		}
-		dev := filepath.Join(devRoot, name)
-		f, err := os.Open(dev)
-		if err != nil {
-			log.Debug("skip block device", "device", dev, "err", err)
-			continue
-		}
-		fstype, label, err := ReadLabel(f)
-		f.Close()
-		if err != nil {
-			if !errors.Is(err, ErrUnknownFS) {
-				log.Debug("skip block device", "device", dev, "err", err)
-			}
-			continue
-		}
-		if slices.ContainsFunc(p.labels(), func(l string) bool { return strings.EqualFold(l, label) }) {
-			log.Info("found config drive", "device", dev, "fstype", fstype, "label", label)
-			out = append(out, Drive{Device: dev, FSType: fstype, Label: label})
-		}
+		log.Info("found config drive", "device", l.Device, "fstype", fstype, "label", l.Label)
+		out = append(out, Drive{Device: l.Device, FSType: fstype, Label: l.Label})
 	}
 	return out, nil
 }

@@ -32,11 +32,21 @@ func ReadLabel(r io.ReaderAt) (fstype, label string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	switch info.Type {
-	case fsprobe.ISO9660, fsprobe.VFAT:
-		return info.Type, info.Label, nil
-	case fsprobe.Ext2, fsprobe.Ext3, fsprobe.Ext4:
-		return FSExt4, info.Label, nil
+	if t, ok := mountType(info.Type); ok {
+		return t, info.Label, nil
 	}
 	return "", "", ErrUnknownFS
+}
+
+// mountType is the type a config drive's filesystem is mounted with:
+// iso9660 and vfat as they are, ext2/3/4 as FSExt4; false for the
+// filesystems a config drive cannot be.
+func mountType(fsType string) (string, bool) {
+	switch fsType {
+	case fsprobe.ISO9660, fsprobe.VFAT:
+		return fsType, true
+	case fsprobe.Ext2, fsprobe.Ext3, fsprobe.Ext4:
+		return FSExt4, true
+	}
+	return "", false
 }

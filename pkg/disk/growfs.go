@@ -1,7 +1,6 @@
 package disk
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -13,7 +12,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/booty-dev/booty/pkg/command"
 	"github.com/booty-dev/booty/pkg/fsprobe"
+	"github.com/booty-dev/booty/pkg/fstab"
 )
 
 // Filesystem and volume names Grow takes and detects (fsprobe.Probe), as
@@ -38,18 +39,12 @@ var (
 	ErrNotMounted = errors.New("filesystem is not mounted")
 )
 
-// Runner runs a program chrooted into root and returns what it wrote to
-// stdout and stderr. provision.ExecRunner implements it; the caller has
-// mounted the installed OS at root with /dev, /proc, /sys (and /run for LVM)
-// bound inside.
-type Runner interface {
-	RunChroot(ctx context.Context, root, name string, args ...string) (stdout, stderr []byte, err error)
-}
-
 // FSGrower grows the filesystem on the root partition with the installed
 // OS's own tools. Fields are seams; empty ones take the defaults named.
 type FSGrower struct {
-	Runner Runner
+	// Runner runs the installed OS's tools chrooted into it; the caller
+	// has mounted it with /dev, /proc, /sys (and /run for LVM) bound inside.
+	Runner command.Runner
 	// MountsFile lists mounts ("/proc/self/mounts"): xfs and btrfs are grown
 	// through their mount point, LVM finds the root LV from the mount at the chroot.
 	MountsFile string
@@ -67,7 +62,7 @@ type FSGrower struct {
 // grown) partition, running the installed OS's tools chrooted in
 // chrootDir; see FSGrower.Grow. partDev is a path valid both on the host
 // (for detection) and in the chroot (for the tools).
-func GrowFilesystem(ctx context.Context, r Runner, chrootDir, partDev, fsType string) error {
+func GrowFilesystem(ctx context.Context, r command.Runner, chrootDir, partDev, fsType string) error {
 	return (&FSGrower{Runner: r}).Grow(ctx, chrootDir, partDev, fsType)
 }
 
@@ -195,39 +190,15 @@ func (g *FSGrower) mounts() ([]mountEntry, error) {
 	if p == "" {
 		p = "/proc/self/mounts"
 	}
-	f, err := os.Open(p)
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return nil, fmt.Errorf("read mounts %s: %w", p, err)
 	}
-	defer f.Close()
 	var out []mountEntry
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 {
-			out = append(out, mountEntry{unescapeMount(fields[0]), unescapeMount(fields[1])})
-		}
+	for _, e := range fstab.Parse(data) {
+		out = append(out, mountEntry{e.Spec, e.File})
 	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes the kernel's octal escapes (\040 for space) in /proc/mounts.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, nil
 }
 
 func sameDevice(a, b string) bool {

@@ -17,6 +17,10 @@ import (
 // hostRunner runs commands on the host; the tests chroot into "/" only.
 type hostRunner struct{ t *testing.T }
 
+func (h hostRunner) Run(ctx context.Context, name string, args ...string) ([]byte, []byte, error) {
+	return h.RunChroot(ctx, "/", name, args...)
+}
+
 func (h hostRunner) RunChroot(ctx context.Context, root, name string, args ...string) ([]byte, []byte, error) {
 	if root != "/" {
 		h.t.Fatalf("hostRunner asked to chroot into %s", root)
@@ -35,6 +39,10 @@ type fakeRunner struct {
 	fail    map[string]bool
 	calls   []string
 	roots   []string
+}
+
+func (f *fakeRunner) Run(ctx context.Context, name string, args ...string) ([]byte, []byte, error) {
+	return f.RunChroot(ctx, "", name, args...)
 }
 
 func (f *fakeRunner) RunChroot(_ context.Context, root, name string, args ...string) ([]byte, []byte, error) {

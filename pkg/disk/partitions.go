@@ -112,12 +112,7 @@ func (m *Manager) waitNode(ctx context.Context, path string, deadline time.Time)
 
 // probeFS fills FSType, UUID and Label of p from its superblock.
 func (m *Manager) probeFS(p *Partition) error {
-	f, err := m.open(p.Path, os.O_RDONLY)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	info, err := fsprobe.Probe(f)
+	info, err := m.probeDevice(p.Path)
 	if errors.Is(err, fsprobe.ErrUnknown) {
 		return nil
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/bootloader"
+	"github.com/booty-dev/booty/pkg/chroot"
+	"github.com/booty-dev/booty/pkg/command"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/names"
@@ -42,7 +44,7 @@ var ErrNotEFI = errors.New("no EFI variables: machine did not boot with UEFI")
 // Target.Mount prepares it, binds included). Every path it writes is
 // resolved inside that root: symlinks in the image are followed as a
 // chroot would, and ".." in a name is refused. Commands run through a
-// Runner, chrooted into the root where they belong to the installed OS.
+// command.Runner, chrooted into the root where they belong to the installed OS.
 //
 // The methods are independent steps; the orchestrator runs them, each as
 // a named step, in this order:
@@ -66,7 +68,7 @@ var ErrNotEFI = errors.New("no EFI variables: machine did not boot with UEFI")
 type Configurator struct {
 	disks   *disk.Manager
 	rootDir string
-	runner  Runner
+	runner  command.Runner
 	log     *slog.Logger
 	now     func() time.Time
 
@@ -87,21 +89,21 @@ type Configurator struct {
 }
 
 // NewConfigurator creates a Configurator for the OS mounted at
-// DefaultMountDir, running commands with an ExecRunner.
+// DefaultMountDir, running commands with an command.Exec.
 func NewConfigurator(diskMgr *disk.Manager) *Configurator {
 	log := slog.Default().With("component", "configurator")
 	c := &Configurator{
-		disks:          diskMgr,
-		rootDir:        DefaultMountDir,
-		runner:         ExecRunner{Log: log},
-		log:            log,
-		now:            time.Now,
-		deployDir:      DefaultDeployDir,
-		sysfsDir:       "/sys",
-		mstconfig:      "mstconfig",
-		efiVars:        bootloader.EFIVars{Log: log},
-		espDirs:        []string{"boot/efi", "efi", "boot"},
-		staleNames:     slices.Clone(DefaultStaleBootEntryNames),
+		disks:      diskMgr,
+		rootDir:    DefaultMountDir,
+		runner:     command.Exec{Log: log},
+		log:        log,
+		now:        time.Now,
+		deployDir:  DefaultDeployDir,
+		sysfsDir:   "/sys",
+		mstconfig:  "mstconfig",
+		efiVars:    bootloader.EFIVars{Log: log},
+		espDirs:    []string{"boot/efi", "efi", "boot"},
+		staleNames: slices.Clone(DefaultStaleBootEntryNames),
 	}
 	c.readPartitions = func(ctx context.Context, dev string) ([]disk.Partition, error) {
 		if c.disks == nil {
@@ -116,13 +118,13 @@ func NewConfigurator(diskMgr *disk.Manager) *Configurator {
 func (c *Configurator) SetRootDir(dir string) { c.rootDir = dir }
 
 // SetRunner replaces the command runner.
-func (c *Configurator) SetRunner(r Runner) { c.runner = r }
+func (c *Configurator) SetRunner(r command.Runner) { c.runner = r }
 
-// SetLogger routes the configurator's logs (and ExecRunner's, when it is
+// SetLogger routes the configurator's logs (and command.Exec's, when it is
 // the runner in use) to l.
 func (c *Configurator) SetLogger(l *slog.Logger) {
 	c.log = l.With("component", "configurator")
-	if er, ok := c.runner.(ExecRunner); ok {
+	if er, ok := c.runner.(command.Exec); ok {
 		er.Log = c.log
 		c.runner = er
 	}
@@ -594,7 +596,7 @@ func (c *Configurator) RunMachineCommands(ctx context.Context) error {
 			return fmt.Errorf("run machine command %s: %w", e.Name(), err)
 		}
 		c.log.Info("running machine command", "file", e.Name())
-		if _, _, err := c.runner.RunChroot(WithSecretArgs(ctx), c.rootDir, inRoot); err != nil {
+		if _, _, err := c.runner.RunChroot(command.WithSecretArgs(ctx), c.rootDir, inRoot); err != nil {
 			return fmt.Errorf("run machine command %s: %w", e.Name(), err)
 		}
 		ran++
@@ -616,7 +618,7 @@ func (c *Configurator) RunPostProvisionCmds(ctx context.Context, cmds []string) 
 	}
 	shell := ""
 	for _, s := range []string{"/bin/bash", "/bin/sh"} {
-		if _, err := LookPathIn(c.rootDir, s, ""); err == nil {
+		if _, err := chroot.LookPath(c.rootDir, s, command.DefaultPath); err == nil {
 			shell = s
 			break
 		}
@@ -626,7 +628,7 @@ func (c *Configurator) RunPostProvisionCmds(ctx context.Context, cmds []string) 
 	}
 	for i, cmd := range cmds {
 		c.log.Info("running post-provision command", "index", i+1, "of", len(cmds), "shell", shell)
-		_, _, err := c.runner.RunChroot(WithSecretArgs(ctx), c.rootDir, shell, "-c", cmd)
+		_, _, err := c.runner.RunChroot(command.WithSecretArgs(ctx), c.rootDir, shell, "-c", cmd)
 		if err == nil {
 			continue
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/booty-dev/booty/pkg/bootloader"
+	"github.com/booty-dev/booty/pkg/chroot"
+	"github.com/booty-dev/booty/pkg/command"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 )
@@ -51,7 +53,7 @@ func (c *Configurator) ConfigureGRUB(ctx context.Context, cfg *config.MachineCon
 	if err != nil {
 		return fmt.Errorf("configure GRUB: %w", err)
 	}
-	defPath := joinRoot(c.rootDir, defRel)
+	defPath := chroot.Join(c.rootDir, defRel)
 	hasDefaults := false
 	if st, err := os.Stat(defPath); err == nil && st.Mode().IsRegular() {
 		hasDefaults = true
@@ -65,7 +67,7 @@ func (c *Configurator) ConfigureGRUB(ctx context.Context, cfg *config.MachineCon
 		if err != nil {
 			continue
 		}
-		if m, _ := filepath.Glob(filepath.Join(joinRoot(c.rootDir, rel), "*.conf")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(chroot.Join(c.rootDir, rel), "*.conf")); len(m) > 0 {
 			hasBLS = true
 		}
 	}
@@ -82,7 +84,7 @@ func (c *Configurator) ConfigureGRUB(ctx context.Context, cfg *config.MachineCon
 		return nil
 	}
 	for _, g := range grubGenerators {
-		if _, err := LookPathIn(c.rootDir, g.prog, ""); err != nil {
+		if _, err := chroot.LookPath(c.rootDir, g.prog, command.DefaultPath); err != nil {
 			continue
 		}
 		out := "/boot/grub/grub.cfg"
@@ -111,7 +113,7 @@ func (c *Configurator) espRoot() (string, error) {
 		if err != nil {
 			continue
 		}
-		host := joinRoot(c.rootDir, rel)
+		host := chroot.Join(c.rootDir, rel)
 		ents, err := os.ReadDir(host)
 		if err != nil {
 			continue

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/bootloader"
+	"github.com/booty-dev/booty/pkg/command"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 )
@@ -383,7 +384,7 @@ func TestRunMachineCommands(t *testing.T) {
 
 	fr.Calls = nil
 	fr.Handle = func(call fakeCall) ([]byte, []byte, error) {
-		return nil, []byte("boom"), &CommandError{Name: call.Name, ExitCode: 3, Stderr: "boom"}
+		return nil, []byte("boom"), &command.Error{Name: call.Name, ExitCode: 3, Stderr: "boom"}
 	}
 	err := c.RunMachineCommands(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "10-first") || !strings.Contains(err.Error(), "exit code 3") {
@@ -412,7 +413,7 @@ func TestRunPostProvisionCmds(t *testing.T) {
 			}
 			fr.Handle = func(call fakeCall) ([]byte, []byte, error) {
 				if call.Args[1] == "false" {
-					return nil, nil, &CommandError{Name: call.Name, ExitCode: 5, Stderr: "line1\nlast words"}
+					return nil, nil, &command.Error{Name: call.Name, ExitCode: 5, Stderr: "line1\nlast words"}
 				}
 				return nil, nil, nil
 			}
@@ -489,7 +490,7 @@ func TestConfigureGRUB(t *testing.T) {
 				"usr/sbin/grub-mkconfig": "#!/bin/sh\n",
 			},
 			execFiles: []string{"usr/sbin/grub-mkconfig"},
-			runErr:    &CommandError{Name: "grub-mkconfig", ExitCode: 1, Stderr: "grub-probe: error: failed to get canonical path"},
+			runErr:    &command.Error{Name: "grub-mkconfig", ExitCode: 1, Stderr: "grub-probe: error: failed to get canonical path"},
 			wantCmds:  []string{"chroot grub-mkconfig -o /boot/grub/grub.cfg"},
 			wantErr:   "failed to get canonical path",
 		},

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/booty-dev/booty/pkg/command"
 )
 
 func TestParseMstconfigQuery(t *testing.T) {
@@ -53,7 +55,7 @@ Configurations:                                      Next Boot
 func mellanoxSetup(t *testing.T, state map[string]string) (*Configurator, string) {
 	t.Helper()
 	c, _ := newTestConfigurator(t)
-	c.SetRunner(ExecRunner{Log: testLogger(t)})
+	c.SetRunner(command.Exec{Log: testLogger(t)})
 	devs := map[string]string{"0000:3b:00.0": "0x15b3", "0000:3b:00.1": "0x15b3", "0000:3b:00.2": "0x15b3", "0000:00:19.0": "0x8086"}
 	for addr, vendor := range devs {
 		d := filepath.Join(c.sysfsDir, "bus", "pci", "devices", addr)

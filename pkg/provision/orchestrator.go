@@ -14,6 +14,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/bootloader"
+	"github.com/booty-dev/booty/pkg/command"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/image"
@@ -143,7 +144,7 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 		return o.disks.GrowPartitionTable(ctx, *d, size)
 	}
 	o.growFilesystem = func(ctx context.Context, root string, p disk.Partition) error {
-		return disk.GrowFilesystem(ctx, ExecRunner{Log: o.log}, root, p.Path, p.FSType)
+		return disk.GrowFilesystem(ctx, command.Exec{Log: o.log}, root, p.Path, p.FSType)
 	}
 	// One place decides whether this is a UEFI machine: the configurator,
 	// whose EFI methods refuse with ErrNotEFI otherwise.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/command"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/image"
@@ -325,8 +326,8 @@ func (f *fakeOS) Mount(context.Context) error {
 	f.mounts++
 	return f.mountErr
 }
-func (f *fakeOS) Unmount() error                   { f.unmounts++; return nil }
-func (f *fakeOS) Root() string                     { return f.root }
+func (f *fakeOS) Unmount() error                        { f.unmounts++; return nil }
+func (f *fakeOS) Root() string                          { return f.root }
 func (f *fakeOS) RootPartition() (disk.Partition, bool) { return f.partition, true }
 func (f *fakeOS) ESP() (disk.Partition, bool)           { return disk.Partition{}, false }
 func (f *fakeOS) Partitions() []disk.Partition          { return []disk.Partition{f.partition} }
@@ -411,7 +412,7 @@ func TestFailureAfterWriteMakesDiskUnbootable(t *testing.T) {
 	o.selectDisk = func(config.DiskSpec) (*disk.Disk, error) { return &disk.Disk{Path: path, Size: int64(len(data))}, nil }
 	o.writeImage = func(context.Context, image.Options) (image.Result, error) { return image.Result{}, nil }
 	o.conf.SetRunner(&fakeRunner{Handle: func(fakeCall) ([]byte, []byte, error) {
-		return nil, []byte("boom"), &CommandError{Name: "bash", ExitCode: 3, Stderr: "boom"}
+		return nil, []byte("boom"), &command.Error{Name: "bash", ExitCode: 3, Stderr: "boom"}
 	}})
 	err := o.Provision(context.Background())
 	if FailedStep(err) != StepPostProvision {

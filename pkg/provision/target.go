@@ -7,16 +7,16 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/booty-dev/booty/pkg/chroot"
 	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/fstab"
 )
 
 // DefaultMountDir is where the installed OS is mounted for configuration.
@@ -192,7 +192,9 @@ func rootCandidates(parts []disk.Partition) []*disk.Partition {
 			}
 		}
 	}
-	add(func(p *disk.Partition) bool { return p.Type == disk.TypeLinuxRootX86_64 || p.Type == disk.TypeLinuxRootARM64 })
+	add(func(p *disk.Partition) bool {
+		return p.Type == disk.TypeLinuxRootX86_64 || p.Type == disk.TypeLinuxRootARM64
+	})
 	add(func(p *disk.Partition) bool {
 		return slices.Contains(rootLabels, p.Label) || slices.Contains(rootLabels, p.Name)
 	})
@@ -269,54 +271,6 @@ func looksLikeRoot(dir string) bool {
 	return fsys.exists("etc/os-release") || fsys.exists("usr/lib/os-release") || fsys.exists("etc/fstab")
 }
 
-// fstabLine is one entry of /etc/fstab.
-type fstabLine struct {
-	spec, file, vfstype string
-	opts                []string
-}
-
-func parseFstab(data []byte) []fstabLine {
-	var out []fstabLine
-	for _, l := range strings.Split(string(data), "\n") {
-		l = strings.TrimSpace(l)
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		e := fstabLine{spec: unescapeOctal(f[0]), file: unescapeOctal(f[1])}
-		if len(f) > 2 {
-			e.vfstype = f[2]
-		}
-		if len(f) > 3 {
-			e.opts = strings.Split(f[3], ",")
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// unescapeOctal undoes fstab's \040-style escapes.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // findPartition returns the partition an fstab device spec names.
 func findPartition(parts []disk.Partition, spec string) *disk.Partition {
 	key, val, ok := strings.Cut(spec, "=")
@@ -356,34 +310,31 @@ func (t *InstalledOS) mountFstab() error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("mount target %s: read /etc/fstab: %w", t.Disk, err)
 	}
-	entries := parseFstab(data)
-	slices.SortStableFunc(entries, func(a, b fstabLine) int {
-		return strings.Count(path.Clean(a.file), "/") - strings.Count(path.Clean(b.file), "/")
+	entries := fstab.Parse(data)
+	slices.SortStableFunc(entries, func(a, b fstab.Entry) int {
+		return strings.Count(a.File, "/") - strings.Count(b.File, "/")
 	})
 	espMounted := false
 	for _, e := range entries {
-		mp := path.Clean(e.file)
-		if !strings.HasPrefix(mp, "/") || mp == "/" || e.vfstype == "swap" || mp == "none" ||
-			slices.Contains(e.opts, "noauto") || slices.Contains(e.opts, "bind") {
+		mp := e.File
+		if !strings.HasPrefix(mp, "/") || mp == "/" || e.Type == "swap" || e.Has("noauto") || e.Has("bind") {
 			continue
 		}
-		p := findPartition(t.parts, e.spec)
+		p := findPartition(t.parts, e.Spec)
 		var data string
-		for _, o := range e.opts {
-			if strings.HasPrefix(o, "subvol=") {
-				data = o
-			}
+		if v, ok := e.Option("subvol"); ok {
+			data = "subvol=" + v
 		}
 		if p == nil || (p == t.root && data == "") {
-			if (mp == "/boot" || mp == "/boot/efi" || mp == "/efi") && !slices.Contains(e.opts, "nofail") && p == nil {
-				return fmt.Errorf("mount target %s: /etc/fstab mounts %s from %s, which is no partition of the disk", t.Disk, mp, e.spec)
+			if (mp == "/boot" || mp == "/boot/efi" || mp == "/efi") && !e.Has("nofail") && p == nil {
+				return fmt.Errorf("mount target %s: /etc/fstab mounts %s from %s, which is no partition of the disk", t.Disk, mp, e.Spec)
 			}
-			t.log().Debug("fstab entry not on the target disk, not mounted", "spec", e.spec, "mountpoint", mp)
+			t.log().Debug("fstab entry not on the target disk, not mounted", "spec", e.Spec, "mountpoint", mp)
 			continue
 		}
 		fstype := p.FSType
 		if fstype == "" {
-			fstype = e.vfstype
+			fstype = e.Type
 		}
 		if err := t.mountInRoot(p.Path, mp, fstype, data); err != nil {
 			return err
@@ -407,7 +358,7 @@ func (t *InstalledOS) mountInRoot(source, mp, fstype, data string) error {
 	if err != nil {
 		return fmt.Errorf("mount target %s: mount point %s: %w", t.Disk, mp, err)
 	}
-	if err := t.mount(source, joinRoot(t.Root(), rel), fstype, 0, data); err != nil {
+	if err := t.mount(source, chroot.Join(t.Root(), rel), fstype, 0, data); err != nil {
 		return fmt.Errorf("mount target %s: %w", t.Disk, err)
 	}
 	return nil
@@ -427,7 +378,7 @@ func (t *InstalledOS) mountBinds() error {
 		if err != nil {
 			return fmt.Errorf("mount target %s: bind %s: %w", t.Disk, src, err)
 		}
-		if err := t.mount(src, joinRoot(t.Root(), rel), "", unix.MS_BIND, ""); err != nil {
+		if err := t.mount(src, chroot.Join(t.Root(), rel), "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("mount target %s: bind %s: %w", t.Disk, src, err)
 		}
 	}

@@ -7,107 +7,24 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/booty-dev/booty/pkg/chroot"
 )
 
-// ErrPathEscapes is wrapped by the errors of paths from a config, the
-// server or a file name that try to leave the installed OS's root with a
-// ".." component.
-var ErrPathEscapes = errors.New("path escapes the target root")
-
-// maxSymlinks bounds symlink resolution, as the kernel's ELOOP does.
-const maxSymlinks = 40
-
-// checkRelPath rejects a path that names its way out with "..": any ".."
-// component is refused, whatever follows it. Absolute paths are fine: they
-// are taken relative to the root.
-func checkRelPath(p string) error {
-	if p == "" {
-		return fmt.Errorf("empty path")
-	}
-	if strings.ContainsRune(p, 0) {
-		return fmt.Errorf("path %q contains a NUL byte", p)
-	}
-	for _, c := range strings.Split(p, "/") {
-		if c == ".." {
-			return fmt.Errorf("%q: %w", p, ErrPathEscapes)
-		}
-	}
-	return nil
-}
-
-// resolveInRoot resolves p inside the tree at root the way a process
-// chrooted there would see it and returns the result as a clean path
-// relative to root ("etc/resolv.conf", "" for the root itself). Symlinks
-// in the image are followed with root as "/": an absolute target starts
-// again at root, ".." stops at root, so the result never leaves it.
-// The final component is followed only with followFinal. Components that
-// do not exist are kept as they are.
-func resolveInRoot(root, p string, followFinal bool) (string, error) {
-	rest := splitPath(p)
-	var done []string
-	links := 0
-	for len(rest) > 0 {
-		c := rest[0]
-		rest = rest[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(done) > 0 {
-				done = done[:len(done)-1]
-			}
-			continue
-		}
-		cand := path.Join(append(done, c)...)
-		st, err := os.Lstat(joinRoot(root, cand))
-		if err != nil || st.Mode()&fs.ModeSymlink == 0 || (len(rest) == 0 && !followFinal) {
-			if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-				return "", fmt.Errorf("resolve %s in %s: %w", p, root, err)
-			}
-			done = append(done, c)
-			continue
-		}
-		links++
-		if links > maxSymlinks {
-			return "", fmt.Errorf("resolve %s in %s: too many levels of symbolic links", p, root)
-		}
-		target, err := os.Readlink(joinRoot(root, cand))
-		if err != nil {
-			return "", fmt.Errorf("resolve %s in %s: %w", p, root, err)
-		}
-		if strings.HasPrefix(target, "/") {
-			done = nil
-		}
-		rest = append(splitPath(target), rest...)
-	}
-	return path.Join(done...), nil
-}
-
-func splitPath(p string) []string { return strings.Split(p, "/") }
-
-// joinRoot returns the host path of rel (already resolved) under root.
-func joinRoot(root, rel string) string {
-	if rel == "" {
-		return root
-	}
-	return filepath.Join(root, filepath.FromSlash(rel))
-}
-
 // targetFS does file operations on the installed OS at dir, confined to
-// it: paths are resolved with resolveInRoot, and the final operation goes
+// it: paths are resolved with chroot.Resolve, and the final operation goes
 // through an os.Root so that a link swapped in between cannot escape.
 type targetFS struct{ dir string }
 
 // hostPath resolves p (which must not contain "..") and returns the host
 // path of the result, following a final symlink when followFinal.
 func (t targetFS) resolve(p string, followFinal bool) (string, error) {
-	if err := checkRelPath(p); err != nil {
+	if err := chroot.CheckPath(p); err != nil {
 		return "", err
 	}
-	return resolveInRoot(t.dir, p, followFinal)
+	return chroot.Resolve(t.dir, p, followFinal)
 }
 
 func (t targetFS) open() (*os.Root, error) {
@@ -138,7 +55,7 @@ func (t targetFS) exists(p string) bool {
 	if err != nil {
 		return false
 	}
-	_, err = os.Stat(joinRoot(t.dir, rel))
+	_, err = os.Stat(chroot.Join(t.dir, rel))
 	return err == nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/fstab"
 )
 
 func needTools(t *testing.T, tools ...string) {
@@ -248,11 +249,7 @@ func TestTargetMountFailures(t *testing.T) {
 	})
 }
 
-func TestParseFstabAndFind(t *testing.T) {
-	entries := parseFstab([]byte("LABEL=my\\040disk /mnt/a\\040b ext4 ro,nofail 0 0\n#x\n\n/dev/disk/by-uuid/1A2B-3C4D /boot/efi vfat\n"))
-	if len(entries) != 2 || entries[0].spec != "LABEL=my disk" || entries[0].file != "/mnt/a b" || !slices.Equal(entries[0].opts, []string{"ro", "nofail"}) {
-		t.Fatalf("entries = %+v", entries)
-	}
+func TestFindPartition(t *testing.T) {
 	for spec, want := range map[string]string{
 		"UUID=1a2b-3c4d":                                "/dev/vda15",
 		"/dev/disk/by-uuid/1A2B-3C4D":                   "/dev/vda15",
@@ -364,7 +361,7 @@ func mountPoints(t *testing.T) []string {
 	var out []string
 	for _, l := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(l); len(f) > 4 {
-			out = append(out, unescapeOctal(f[4]))
+			out = append(out, fstab.Unescape(f[4]))
 		}
 	}
 	return out

@@ -1,4 +1,4 @@
-package provision
+package command
 
 import (
 	"context"
@@ -17,8 +17,8 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-func TestExecRunnerRunCapturesAndFails(t *testing.T) {
-	r := ExecRunner{Log: testLogger(t)}
+func TestExecRunCapturesAndFails(t *testing.T) {
+	r := Exec{Log: testLogger(t)}
 	out, _, err := r.Run(t.Context(), "sh", "-c", "echo out; echo err >&2")
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -31,9 +31,9 @@ func TestExecRunnerRunCapturesAndFails(t *testing.T) {
 		t.Errorf("environment PATH: got %q, %v; want PATH=%s", out, err, DefaultPath)
 	}
 	_, _, err = r.Run(t.Context(), "sh", "-c", "echo broken >&2; exit 7")
-	var ce *CommandError
+	var ce *Error
 	if !errors.As(err, &ce) || ce.ExitCode != 7 || ce.Stderr != "broken" {
-		t.Fatalf("err = %#v, want CommandError exit 7 stderr broken", err)
+		t.Fatalf("err = %#v, want Error exit 7 stderr broken", err)
 	}
 	if !strings.Contains(err.Error(), "exit code 7") || !strings.Contains(err.Error(), "broken") {
 		t.Errorf("error text %q lacks exit code or stderr", err)
@@ -43,8 +43,8 @@ func TestExecRunnerRunCapturesAndFails(t *testing.T) {
 	}
 }
 
-func TestExecRunnerTimeout(t *testing.T) {
-	r := ExecRunner{Timeout: 200 * time.Millisecond, Log: testLogger(t)}
+func TestExecTimeout(t *testing.T) {
+	r := Exec{Timeout: 200 * time.Millisecond, Log: testLogger(t)}
 	start := time.Now()
 	_, _, err := r.Run(t.Context(), "sleep", "10")
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
@@ -70,10 +70,10 @@ func buildStatic(t *testing.T, dir, out string) {
 	}
 }
 
-// TestExecRunnerRunChrootReal runs a static program as /bin/sh inside a
+// TestExecRunChrootReal runs a static program as /bin/sh inside a
 // tiny root: it must find it through the root's PATH, see the root's
 // marker file as /booty-chroot-marker, start in / and report its exit code.
-func TestExecRunnerRunChrootReal(t *testing.T) {
+func TestExecRunChrootReal(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: chroot needs root")
 	}
@@ -85,11 +85,11 @@ func TestExecRunnerRunChrootReal(t *testing.T) {
 	if err := os.Symlink("/usr/bin", filepath.Join(root, "bin")); err != nil {
 		t.Fatal(err)
 	}
-	buildStatic(t, filepath.Join("testdata", "configurator", "fakesh"), filepath.Join(root, "usr", "bin", "sh"))
+	buildStatic(t, filepath.Join("testdata", "fakesh"), filepath.Join(root, "usr", "bin", "sh"))
 	if err := os.WriteFile(filepath.Join(root, "booty-chroot-marker"), []byte("inside\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := ExecRunner{Log: testLogger(t)}
+	r := Exec{Log: testLogger(t)}
 	out, _, err := r.RunChroot(t.Context(), root, "sh", "-c", "hello world")
 	if err != nil {
 		t.Fatalf("run in chroot: %v", err)
@@ -100,43 +100,11 @@ func TestExecRunnerRunChrootReal(t *testing.T) {
 		}
 	}
 	_, _, err = r.RunChroot(t.Context(), root, "/bin/sh", "-c", "exit 4")
-	var ce *CommandError
+	var ce *Error
 	if !errors.As(err, &ce) || ce.ExitCode != 4 || !strings.Contains(ce.Stderr, "failing on purpose") {
 		t.Fatalf("err = %v, want exit code 4 with stderr", err)
 	}
 	if _, _, err := r.RunChroot(t.Context(), root, "bash", "-c", "true"); !errors.Is(err, exec.ErrNotFound) {
 		t.Errorf("bash absent from the root: err = %v, want exec.ErrNotFound", err)
-	}
-}
-
-func TestLookPathIn(t *testing.T) {
-	root := t.TempDir()
-	mk := func(p string, mode os.FileMode) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, p), []byte("#!/bin/sh\n"), mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mk("usr/sbin/update-grub", 0o755)
-	mk("usr/bin/notexec", 0o644)
-	if err := os.Symlink("/usr/sbin", filepath.Join(root, "sbin")); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name, want string
-	}{
-		{"update-grub", "/usr/sbin/update-grub"},
-		{"/sbin/update-grub", "/sbin/update-grub"},
-		{"notexec", ""},
-		{"grub-mkconfig", ""},
-	}
-	for _, tt := range tests {
-		got, err := LookPathIn(root, tt.name, "")
-		if got != tt.want || (tt.want == "") != (err != nil) {
-			t.Errorf("LookPathIn(%q) = %q, %v; want %q", tt.name, got, err, tt.want)
-		}
 	}
 }

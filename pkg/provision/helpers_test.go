@@ -2,9 +2,16 @@ package provision
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
+	"testing"
 )
+
+// testLogger routes logs, debug level included, to the test's output.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
 
 // fakeCall is one command a fakeRunner was asked to run.
 type fakeCall struct {

@@ -1,11 +1,14 @@
-package provision
+// Package command runs the agent's external commands: on the agent's own
+// root (mstconfig, efibootmgr) or chrooted into the installed OS
+// (update-grub, resize2fs, machine commands). Runner is the seam every
+// caller takes; Exec is the real one, and tests record and fake calls.
+package command
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -13,20 +16,22 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/booty-dev/booty/pkg/chroot"
 )
 
 // Runner runs external commands for the agent: on the agent's own root
 // (mstconfig, efibootmgr) or chrooted into the installed OS (update-grub,
 // machine commands). Both calls return the command's captured stdout and
-// stderr; a command that ran and failed returns a *CommandError.
+// stderr; a command that ran and failed returns an *Error.
 type Runner interface {
 	Run(ctx context.Context, name string, args ...string) (stdout, stderr []byte, err error)
 	RunChroot(ctx context.Context, root, name string, args ...string) (stdout, stderr []byte, err error)
 }
 
-// DefaultCommandTimeout bounds every command ExecRunner runs when it has no
-// Timeout of its own; an earlier context deadline wins.
-const DefaultCommandTimeout = 10 * time.Minute
+// DefaultTimeout bounds every command Exec runs when it has no Timeout of
+// its own; an earlier context deadline wins.
+const DefaultTimeout = 10 * time.Minute
 
 // DefaultPath is the PATH commands run with, on the agent and in a chroot.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -35,18 +40,18 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // is dropped (the start is kept, CommandError shows the tail of that).
 const maxCapture = 1 << 20
 
-// CommandError is the error of a command that started and then failed:
+// Error is the error of a command that started and then failed:
 // exited non-zero, was killed, or ran out of time. Stderr is the tail of
 // what the command wrote there. Args are not part of Error(), so an error
 // never repeats a secret passed on a command line.
-type CommandError struct {
+type Error struct {
 	Name     string
 	ExitCode int // -1 when killed by a signal or the timeout
 	Stderr   string
 	Err      error
 }
 
-func (e *CommandError) Error() string {
+func (e *Error) Error() string {
 	s := fmt.Sprintf("run %s: exit code %d", e.Name, e.ExitCode)
 	if e.Err != nil {
 		s = fmt.Sprintf("run %s: %v", e.Name, e.Err)
@@ -57,15 +62,15 @@ func (e *CommandError) Error() string {
 	return s
 }
 
-func (e *CommandError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// ExecRunner runs commands with os/exec. Every command gets an environment
+// Exec runs commands with os/exec. Every command gets an environment
 // of PATH (and Env) only, stdin from /dev/null, a timeout, and its outputs
 // captured; the command line and the outputs' tails are logged at debug
 // level unless the context was marked with WithSecretArgs, in which case
 // only the program name is logged.
-type ExecRunner struct {
-	// Timeout per command; zero means DefaultCommandTimeout.
+type Exec struct {
+	// Timeout per command; zero means DefaultTimeout.
 	Timeout time.Duration
 	// Path is the PATH of the commands; empty means DefaultPath.
 	Path string
@@ -89,7 +94,7 @@ func secretArgs(ctx context.Context) bool {
 }
 
 // Run runs name (looked up in the agent's PATH) with args.
-func (r ExecRunner) Run(ctx context.Context, name string, args ...string) ([]byte, []byte, error) {
+func (r Exec) Run(ctx context.Context, name string, args ...string) ([]byte, []byte, error) {
 	return r.run(ctx, "", name, args)
 }
 
@@ -97,17 +102,17 @@ func (r ExecRunner) Run(ctx context.Context, name string, args ...string) ([]byt
 // working directory /). A name without a slash is looked up in PATH
 // inside root, following symlinks as the chroot would; the error wraps
 // exec.ErrNotFound when it is not there.
-func (r ExecRunner) RunChroot(ctx context.Context, root, name string, args ...string) ([]byte, []byte, error) {
+func (r Exec) RunChroot(ctx context.Context, root, name string, args ...string) ([]byte, []byte, error) {
 	if root == "" {
 		return nil, nil, fmt.Errorf("run %s in chroot: empty root", name)
 	}
 	return r.run(ctx, root, name, args)
 }
 
-func (r ExecRunner) run(ctx context.Context, root, name string, args []string) ([]byte, []byte, error) {
+func (r Exec) run(ctx context.Context, root, name string, args []string) ([]byte, []byte, error) {
 	log := r.Log
 	if log == nil {
-		log = slog.Default().With("component", "provision")
+		log = slog.Default().With("component", "command")
 	}
 	pathEnv := r.Path
 	if pathEnv == "" {
@@ -115,7 +120,7 @@ func (r ExecRunner) run(ctx context.Context, root, name string, args []string) (
 	}
 	prog := name
 	if root != "" {
-		p, err := LookPathIn(root, name, pathEnv)
+		p, err := chroot.LookPath(root, name, pathEnv)
 		if err != nil {
 			return nil, nil, fmt.Errorf("run %s in chroot %s: %w", name, root, err)
 		}
@@ -129,7 +134,7 @@ func (r ExecRunner) run(ctx context.Context, root, name string, args []string) (
 	}
 	timeout := r.Timeout
 	if timeout <= 0 {
-		timeout = DefaultCommandTimeout
+		timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -161,7 +166,7 @@ func (r ExecRunner) run(ctx context.Context, root, name string, args []string) (
 		log.Debug("command done", attrs...)
 		return stdout.Bytes(), stderr.Bytes(), nil
 	}
-	ce := &CommandError{Name: name, ExitCode: -1, Stderr: tail(stderr.String(), 1000)}
+	ce := &Error{Name: name, ExitCode: -1, Stderr: tail(stderr.String(), 1000)}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee) && ee.Exited():
@@ -187,38 +192,6 @@ func lookPathEnv(name, pathEnv string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not in PATH %s: %w", name, pathEnv, exec.ErrNotFound)
-}
-
-// LookPathIn finds the program name inside the OS tree at root and returns
-// its path as seen from inside the chroot ("/usr/sbin/update-grub"). A name
-// with a slash is checked as given; otherwise each directory of pathEnv
-// (DefaultPath when empty) is tried in order. Symlinks are resolved
-// inside root. The error wraps exec.ErrNotFound.
-func LookPathIn(root, name, pathEnv string) (string, error) {
-	if pathEnv == "" {
-		pathEnv = DefaultPath
-	}
-	var cands []string
-	if strings.Contains(name, "/") {
-		cands = []string{path.Clean("/" + name)}
-	} else {
-		for _, dir := range strings.Split(pathEnv, ":") {
-			if dir != "" {
-				cands = append(cands, path.Join("/", dir, name))
-			}
-		}
-	}
-	for _, c := range cands {
-		rel, err := resolveInRoot(root, c, true)
-		if err != nil {
-			continue
-		}
-		st, err := os.Stat(joinRoot(root, rel))
-		if err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return c, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found in %s (PATH %s): %w", name, root, pathEnv, errors.Join(exec.ErrNotFound, fs.ErrNotExist))
 }
 
 // capBuffer keeps the first maxCapture bytes written to it.

@@ -29,13 +29,13 @@ const (
 	logShipFlushPeriod = 10 * time.Second
 )
 
-// Runner is what the agent needs of a provisioning run; *provision.Orchestrator implements it.
-type Runner interface {
+// Pipeline is what the agent needs of a provisioning run; *provision.Orchestrator implements it.
+type Pipeline interface {
 	Provision(ctx context.Context) error
 	Deprovision(ctx context.Context) error
 	FirmwareChanged() bool
 	// Kexec is the installed kernel prepared for a kexec handoff, or nil.
-	Kexec() *provision.KexecTarget
+	Kexec() *provision.KexecEntry
 }
 
 // Agent holds the agent's dependencies. Fields are seams: New fills them with
@@ -46,7 +46,7 @@ type Agent struct {
 
 	ConfigureNetwork func(ctx context.Context, opts network.Options) (*network.Result, error)
 	LoadConfig       func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
-	NewRunner        func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner
+	NewPipeline      func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Pipeline
 	// Sleep waits before a failure action; it returns early when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration)
 }
@@ -70,7 +70,7 @@ func New(sys *initsys.System) *Agent {
 	a.LoadConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
 		return config.LoadChain(ctx, a.Log, config.ProvidersFromCmdline(cl, config.WithLogger(a.Log))...)
 	}
-	a.NewRunner = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner {
+	a.NewPipeline = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Pipeline {
 		dm := disk.NewManager()
 		dm.BootDevices = bootDevices(log)
 		o := provision.NewOrchestrator(cfg, p, dm)
@@ -110,7 +110,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		defer ship.Close()
 	}
 
-	r := a.NewRunner(cfg, provider, log)
+	r := a.NewPipeline(cfg, provider, log)
 	rctx, cancel := context.WithTimeout(ctx, RunTimeout)
 	defer cancel()
 	switch cfg.Mode {
@@ -212,7 +212,7 @@ func (r reportingProvider) Load(ctx context.Context) (*config.MachineConfig, err
 // firmware changed, otherwise what the config asks. Kexec loads the kernel
 // the run prepared from the installed OS's default boot entry; without one
 // (deprovisioning, or no kernel found) it falls back to a reboot.
-func Decide(cfg *config.MachineConfig, firmwareChanged bool, k *provision.KexecTarget) initsys.Handoff {
+func Decide(cfg *config.MachineConfig, firmwareChanged bool, k *provision.KexecEntry) initsys.Handoff {
 	if firmwareChanged {
 		return initsys.Handoff{Action: initsys.Reboot}
 	}

@@ -18,22 +18,22 @@ import (
 	"github.com/booty-dev/booty/pkg/provision"
 )
 
-type fakeRunner struct {
+type fakePipeline struct {
 	provisionErr error
 	firmware     bool
-	kexec        *provision.KexecTarget
+	kexec        *provision.KexecEntry
 	ran          string
 	log          *slog.Logger
 }
 
-func (r *fakeRunner) Provision(context.Context) error {
+func (r *fakePipeline) Provision(context.Context) error {
 	r.ran = "provision"
 	r.log.Info("writing image", "step", "write-image")
 	return r.provisionErr
 }
-func (r *fakeRunner) Deprovision(context.Context) error { r.ran = "deprovision"; return nil }
-func (r *fakeRunner) FirmwareChanged() bool             { return r.firmware }
-func (r *fakeRunner) Kexec() *provision.KexecTarget     { return r.kexec }
+func (r *fakePipeline) Deprovision(context.Context) error { r.ran = "deprovision"; return nil }
+func (r *fakePipeline) FirmwareChanged() bool             { return r.firmware }
+func (r *fakePipeline) Kexec() *provision.KexecEntry      { return r.kexec }
 
 type logSink struct {
 	mu    sync.Mutex
@@ -51,7 +51,7 @@ func (s *logSink) ReportLogs(_ context.Context, l []api.LogLine) error {
 	return nil
 }
 
-func testAgent(t *testing.T, cmdline string, cfg *config.MachineConfig, loadErr error, r *fakeRunner) (*Agent, *bytes.Buffer, *[]time.Duration, *logSink) {
+func testAgent(t *testing.T, cmdline string, cfg *config.MachineConfig, loadErr error, r *fakePipeline) (*Agent, *bytes.Buffer, *[]time.Duration, *logSink) {
 	var out bytes.Buffer
 	sink := &logSink{}
 	var slept []time.Duration
@@ -65,7 +65,7 @@ func testAgent(t *testing.T, cmdline string, cfg *config.MachineConfig, loadErr 
 		LoadConfig: func(context.Context, config.Cmdline) (*config.MachineConfig, config.Provider, error) {
 			return cfg, sink, loadErr
 		},
-		NewRunner: func(_ *config.MachineConfig, _ config.Provider, log *slog.Logger) Runner {
+		NewPipeline: func(_ *config.MachineConfig, _ config.Provider, log *slog.Logger) Pipeline {
 			r.log = log
 			return r
 		},
@@ -92,7 +92,7 @@ func TestRunHandoff(t *testing.T) {
 		loadErr error
 		runErr  error
 		fw      bool
-		kexec   *provision.KexecTarget
+		kexec   *provision.KexecEntry
 		want    initsys.Action
 		slept   []time.Duration
 		ran     string
@@ -101,10 +101,10 @@ func TestRunHandoff(t *testing.T) {
 		{name: "success reboot", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffReboot }), want: initsys.Reboot, ran: "provision"},
 		{name: "firmware changed forces reboot", cfg: cfgWith(nil), fw: true, want: initsys.Reboot, ran: "provision"},
 		{name: "kexec into the prepared kernel", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffKexec }),
-			kexec: &provision.KexecTarget{Kernel: "/run/k", Initrd: "/run/i", Cmdline: "root=UUID=x ro"}, want: initsys.Kexec, ran: "provision"},
+			kexec: &provision.KexecEntry{Kernel: "/run/k", Initrd: "/run/i", Cmdline: "root=UUID=x ro"}, want: initsys.Kexec, ran: "provision"},
 		{name: "kexec without a kernel reboots", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffKexec }), want: initsys.Reboot, ran: "provision"},
 		{name: "firmware change beats kexec", cfg: cfgWith(func(c *config.MachineConfig) { c.Handoff = config.HandoffKexec }), fw: true,
-			kexec: &provision.KexecTarget{Kernel: "/run/k"}, want: initsys.Reboot, ran: "provision"},
+			kexec: &provision.KexecEntry{Kernel: "/run/k"}, want: initsys.Reboot, ran: "provision"},
 		{name: "deprovision mode", cfg: cfgWith(func(c *config.MachineConfig) { c.Mode = config.ModeDeprovision }), want: initsys.Poweroff, ran: "deprovision"},
 		{name: "failure reboots after delay", cfg: cfgWith(nil), runErr: boom, want: initsys.Reboot, slept: []time.Duration{5 * time.Second}, ran: "provision"},
 		{name: "failure poweroff", cfg: cfgWith(func(c *config.MachineConfig) { c.OnFailure.Action = config.FailurePoweroff }), runErr: boom, want: initsys.Poweroff, slept: []time.Duration{5 * time.Second}, ran: "provision"},
@@ -115,7 +115,7 @@ func TestRunHandoff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &fakeRunner{provisionErr: tt.runErr, firmware: tt.fw, kexec: tt.kexec}
+			r := &fakePipeline{provisionErr: tt.runErr, firmware: tt.fw, kexec: tt.kexec}
 			a, out, slept, _ := testAgent(t, tt.cmdline, tt.cfg, tt.loadErr, r)
 			h := a.Run(context.Background())
 			if h.Action != tt.want {
@@ -135,7 +135,7 @@ func TestRunHandoff(t *testing.T) {
 }
 
 func TestRunShipsLogs(t *testing.T) {
-	r := &fakeRunner{}
+	r := &fakePipeline{}
 	a, out, _, sink := testAgent(t, "", cfgWith(nil), nil, r)
 	a.Run(context.Background())
 	sink.mu.Lock()
@@ -154,7 +154,7 @@ func TestRunShipsLogs(t *testing.T) {
 }
 
 func TestBadIPParamIsNotFatal(t *testing.T) {
-	r := &fakeRunner{}
+	r := &fakePipeline{}
 	a, out, _, _ := testAgent(t, "ip=1.2.3", cfgWith(nil), nil, r)
 	if h := a.Run(context.Background()); h.Action != initsys.Poweroff {
 		t.Fatalf("handoff = %v", h.Action)

@@ -86,10 +86,13 @@ type Configurator struct {
 	staleNames []string
 	// readPartitions lists a disk's partitions (CreateEFIBootEntry).
 	readPartitions func(ctx context.Context, dev string) ([]disk.Partition, error)
+	// pciVendorCheck reports whether a PCI device of a vendor ID ("15b3")
+	// is present (SetupMellanox).
+	pciVendorCheck func(vendorID string) (bool, error)
 }
 
 // NewConfigurator creates a Configurator for the OS mounted at
-// DefaultMountDir, running commands with an command.Exec.
+// DefaultMountDir, running commands with a command.Exec.
 func NewConfigurator(diskMgr *disk.Manager) *Configurator {
 	log := slog.Default().With("component", "configurator")
 	c := &Configurator{
@@ -104,6 +107,8 @@ func NewConfigurator(diskMgr *disk.Manager) *Configurator {
 		efiVars:    bootloader.EFIVars{Log: log},
 		espDirs:    []string{"boot/efi", "efi", "boot"},
 		staleNames: slices.Clone(DefaultStaleBootEntryNames),
+		// SetPCIVendorCheckFunc's check, asked when SetupMellanox runs.
+		pciVendorCheck: defaultVendorCheck,
 	}
 	c.readPartitions = func(ctx context.Context, dev string) ([]disk.Partition, error) {
 		if c.disks == nil {
@@ -114,7 +119,8 @@ func NewConfigurator(diskMgr *disk.Manager) *Configurator {
 	return c
 }
 
-// SetRootDir overrides the root directory (for testing).
+// SetRootDir sets where the installed OS is mounted: mount-root calls it
+// with the InstalledOS's root, tests with a temp dir.
 func (c *Configurator) SetRootDir(dir string) { c.rootDir = dir }
 
 // SetRunner replaces the command runner.

@@ -18,8 +18,10 @@ import (
 	"github.com/booty-dev/booty/pkg/redact"
 )
 
-// debugDumper holds what DumpDebugState reads. The package keeps one, set up
-// for the real system; tests point its roots at temp dirs.
+// debugDumper writes the machine's state to its logger when a step fails.
+// Each Orchestrator has its own (its cfg is the one dumped); the package's
+// defaultDumper serves the seed's DumpDebugState. Tests point the roots at
+// temp dirs.
 type debugDumper struct {
 	mu      sync.Mutex
 	log     *slog.Logger
@@ -28,50 +30,55 @@ type debugDumper struct {
 	cfg     *config.MachineConfig
 	// readKmsg returns the kernel log; the default reads the kernel ring buffer.
 	readKmsg func() ([]byte, error)
-	// stepCommands lists extra things to dump first for a failing step.
+	// stepHints lists the sections to dump first for a failing step.
 	stepHints map[string][]string
 }
 
-var debug = &debugDumper{
-	procDir:  "/proc",
-	sysDir:   "/sys",
-	readKmsg: readKernelLog,
-	stepHints: map[string][]string{
-		StepSelectDisk: {"blockdevices"},
-		StepWriteImage: {"blockdevices", "mounts", "addresses", "routes"},
-	},
+// newDebugDumper returns a dumper of the real system's state.
+func newDebugDumper() *debugDumper {
+	return &debugDumper{
+		procDir:  "/proc",
+		sysDir:   "/sys",
+		readKmsg: readKernelLog,
+		stepHints: map[string][]string{
+			StepSelectDisk: {"blockdevices"},
+			StepWriteImage: {"blockdevices", "mounts", "addresses", "routes"},
+		},
+	}
 }
+
+// defaultDumper is what DumpDebugState and SetDebugLogger use.
+var defaultDumper = newDebugDumper()
 
 // SetDebugLogger routes DumpDebugState's output to l.
-func SetDebugLogger(l *slog.Logger) {
-	debug.mu.Lock()
-	defer debug.mu.Unlock()
-	debug.log = l
-}
+func SetDebugLogger(l *slog.Logger) { defaultDumper.setLogger(l) }
 
-func setDebugConfig(cfg *config.MachineConfig) {
-	debug.mu.Lock()
-	defer debug.mu.Unlock()
-	debug.cfg = cfg
+func (d *debugDumper) setLogger(l *slog.Logger) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.log = l
 }
 
 // DumpDebugState logs system state useful for diagnosing failures. BOOTy runs as PID 1 in an initramfs — this dump is the only diagnostic data available before reboot, so it must be comprehensive. Step-specific debug commands are run first, followed by comprehensive dump.
 //
 // Sections, in order: the failed step's own sections, then mounts, block
 // devices, links and addresses, routes, the tail of the kernel log and the
-// MachineConfig with secrets redacted. A section that cannot be read logs why
-// and the dump goes on.
-func DumpDebugState(failedStep string) {
-	debug.mu.Lock()
-	defer debug.mu.Unlock()
-	log := debug.log
+// MachineConfig with secrets redacted (an Orchestrator's run dumps its own
+// config; this package-level call has none). A section that cannot be read
+// logs why and the dump goes on.
+func DumpDebugState(failedStep string) { defaultDumper.dump(failedStep) }
+
+func (d *debugDumper) dump(failedStep string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	log := d.log
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With("component", "debug", "step", failedStep)
 	sections := []string{}
 	seen := map[string]bool{}
-	for _, s := range append(append([]string{}, debug.stepHints[failedStep]...),
+	for _, s := range append(append([]string{}, d.stepHints[failedStep]...),
 		"mounts", "blockdevices", "addresses", "routes", "dmesg", "config") {
 		if !seen[s] {
 			seen[s] = true
@@ -80,7 +87,7 @@ func DumpDebugState(failedStep string) {
 	}
 	log.Error("=== debug state dump begins ===")
 	for _, s := range sections {
-		text, err := debug.section(s)
+		text, err := d.section(s)
 		if err != nil {
 			log.Warn("debug section unavailable", "section", s, "error", err)
 			continue

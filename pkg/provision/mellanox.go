@@ -19,40 +19,42 @@ import (
 // MellanoxVendorID is the PCI vendor ID of Mellanox (NVIDIA networking).
 const MellanoxVendorID = "15b3"
 
-var (
-	pciVendorMu sync.Mutex
-	// pciVendorCheck reports whether any PCI device of a vendor ID
-	// ("15b3") is present; SetPCIVendorCheckFunc replaces it in tests.
-	pciVendorCheck = hasPCIVendor
-)
+// defaultPCIVendorCheck is the PCI vendor check new Configurators start
+// with; SetPCIVendorCheckFunc replaces it.
+var defaultPCIVendorCheck = struct {
+	sync.Mutex
+	fn func(string) (bool, error)
+}{fn: func(id string) (bool, error) { return hasPCIVendor("/sys", id) }}
 
 // SetPCIVendorCheckFunc overrides the PCI vendor detection for testing. Returns a restore function that resets to the original implementation.
 //
 // The function gets a vendor ID without "0x" ("15b3") and reports whether
 // the machine has a PCI device of that vendor. SetupMellanox asks it first
-// and does nothing more when it says no.
+// and does nothing more when it says no. It is the default of every
+// Configurator created afterwards (and of those whose check was not set).
 func SetPCIVendorCheckFunc(fn func(string) (bool, error)) func() {
-	pciVendorMu.Lock()
-	defer pciVendorMu.Unlock()
-	old := pciVendorCheck
-	pciVendorCheck = fn
+	defaultPCIVendorCheck.Lock()
+	defer defaultPCIVendorCheck.Unlock()
+	old := defaultPCIVendorCheck.fn
+	defaultPCIVendorCheck.fn = fn
 	return func() {
-		pciVendorMu.Lock()
-		defer pciVendorMu.Unlock()
-		pciVendorCheck = old
+		defaultPCIVendorCheck.Lock()
+		defer defaultPCIVendorCheck.Unlock()
+		defaultPCIVendorCheck.fn = old
 	}
 }
 
-func vendorCheck(id string) (bool, error) {
-	pciVendorMu.Lock()
-	fn := pciVendorCheck
-	pciVendorMu.Unlock()
+// defaultVendorCheck asks the current default check.
+func defaultVendorCheck(id string) (bool, error) {
+	defaultPCIVendorCheck.Lock()
+	fn := defaultPCIVendorCheck.fn
+	defaultPCIVendorCheck.Unlock()
 	return fn(id)
 }
 
-// hasPCIVendor reads /sys/bus/pci/devices/*/vendor.
-func hasPCIVendor(vendorID string) (bool, error) {
-	devs, err := pciDevicesOf("/sys", vendorID)
+// hasPCIVendor reads sysfs/bus/pci/devices/*/vendor.
+func hasPCIVendor(sysfs, vendorID string) (bool, error) {
+	devs, err := pciDevicesOf(sysfs, vendorID)
 	return len(devs) > 0, err
 }
 
@@ -131,7 +133,8 @@ func parseMstconfigQuery(out string) map[string]mstValue {
 
 // SetupMellanox detects and configures Mellanox ConnectX NICs. Returns true if firmware values were changed (requiring a hard reboot for reinit).
 //
-// It asks the PCI vendor check (SetPCIVendorCheckFunc) for vendor 15b3
+// It asks the Configurator's PCI vendor check (by default the one set by
+// SetPCIVendorCheckFunc) for vendor 15b3
 // and returns false when there is none. Otherwise, for every Mellanox
 // physical function in sysfs (virtual functions are skipped), in address
 // order, it runs `mstconfig -d ADDR query` on the agent, and when the
@@ -147,7 +150,7 @@ func (c *Configurator) SetupMellanox(ctx context.Context, numVFs int) (changed b
 	if numVFs == 0 {
 		return false, nil
 	}
-	found, err := vendorCheck(MellanoxVendorID)
+	found, err := c.pciVendorCheck(MellanoxVendorID)
 	if err != nil {
 		return false, fmt.Errorf("setup mellanox: detect PCI vendor %s: %w", MellanoxVendorID, err)
 	}

@@ -86,8 +86,7 @@ func mellanoxSetup(t *testing.T, state map[string]string) (*Configurator, string
 		}
 	}
 	c.mstconfig = filepath.Join(tool, "mstconfig")
-	restore := SetPCIVendorCheckFunc(func(id string) (bool, error) { return id == MellanoxVendorID, nil })
-	t.Cleanup(restore)
+	c.pciVendorCheck = func(id string) (bool, error) { return id == MellanoxVendorID, nil }
 	return c, tool
 }
 
@@ -166,8 +165,7 @@ func TestSetupMellanox(t *testing.T) {
 func TestSetupMellanoxFailures(t *testing.T) {
 	t.Run("no Mellanox device", func(t *testing.T) {
 		c, tool := mellanoxSetup(t, nil)
-		restore := SetPCIVendorCheckFunc(func(string) (bool, error) { return false, nil })
-		defer restore()
+		c.pciVendorCheck = func(string) (bool, error) { return false, nil }
 		changed, err := c.SetupMellanox(t.Context(), 8)
 		if err != nil || changed || len(readCalls(t, tool)) != 0 {
 			t.Errorf("got changed=%v err=%v calls=%v; want nothing done", changed, err, readCalls(t, tool))
@@ -175,8 +173,7 @@ func TestSetupMellanoxFailures(t *testing.T) {
 	})
 	t.Run("vendor check fails", func(t *testing.T) {
 		c, _ := mellanoxSetup(t, nil)
-		restore := SetPCIVendorCheckFunc(func(string) (bool, error) { return false, errors.New("sysfs not available") })
-		defer restore()
+		c.pciVendorCheck = func(string) (bool, error) { return false, errors.New("sysfs not available") }
 		if _, err := c.SetupMellanox(t.Context(), 8); err == nil || !strings.Contains(err.Error(), "sysfs not available") {
 			t.Errorf("err = %v, want the vendor check's error", err)
 		}
@@ -197,4 +194,18 @@ func TestSetupMellanoxFailures(t *testing.T) {
 			t.Error("no error for -1 VFs")
 		}
 	})
+}
+
+// SetPCIVendorCheckFunc (the seed's API) sets the check of Configurators
+// created afterwards and its restore function puts the old one back.
+func TestSetPCIVendorCheckFunc(t *testing.T) {
+	restore := SetPCIVendorCheckFunc(func(id string) (bool, error) { return id == "abcd", nil })
+	c := NewConfigurator(nil)
+	if ok, err := c.pciVendorCheck("abcd"); !ok || err != nil {
+		t.Errorf("check = %v, %v; want the function set", ok, err)
+	}
+	restore()
+	if ok, _ := c.pciVendorCheck("abcd"); ok {
+		t.Error("restore left the test's check in place")
+	}
 }

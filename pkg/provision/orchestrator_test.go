@@ -173,7 +173,7 @@ func TestProvisionReportsEveryStep(t *testing.T) {
 	if s := p.states(); !reflect.DeepEqual(s, want) {
 		t.Fatalf("reports = %v\nwant %v", s, want)
 	}
-	if got.Target != o.Target().Path || got.Source != testConfig().Image.URL || got.Checksum != testConfig().Image.Checksum {
+	if got.Target != o.SelectedDisk().Path || got.Source != testConfig().Image.URL || got.Checksum != testConfig().Image.Checksum {
 		t.Fatalf("write-image got options %+v", got)
 	}
 	if len(p.progress) != 1 || p.progress[0].BytesDone != 50 || p.progress[0].Step != StepWriteImage || p.progress[0].ETASeconds != 5 {
@@ -354,7 +354,7 @@ func TestProvisionConfiguresAndPreparesKexec(t *testing.T) {
 	p := &recordingProvider{}
 	o, _ := newTestOrchestrator(t, cfg, p)
 	fos := newFakeOS(t)
-	o.newTarget = func(string) osTarget { return fos }
+	o.newInstalledOS = func(string) installedOS { return fos }
 	var grewFS disk.Partition
 	o.growFilesystem = func(_ context.Context, root string, part disk.Partition) error {
 		if root != fos.root {
@@ -404,7 +404,7 @@ func TestFailureAfterWriteMakesDiskUnbootable(t *testing.T) {
 	o, _ := newTestOrchestrator(t, cfg, p)
 	o.dumpDebugState = func(string) {}
 	fos := newFakeOS(t)
-	o.newTarget = func(string) osTarget { return fos }
+	o.newInstalledOS = func(string) installedOS { return fos }
 	o.disks = &disk.Manager{}
 	path := filepath.Join(t.TempDir(), "disk")
 	data := bytes.Repeat([]byte{0xAB}, 4<<20)
@@ -455,7 +455,7 @@ func TestSoftDeprovisionRenamesGrubCfg(t *testing.T) {
 	cfg.Mode = config.ModeSoftDeprovision
 	o, _ := newTestOrchestrator(t, cfg, &recordingProvider{})
 	fos := newFakeOS(t)
-	o.newTarget = func(string) osTarget { return fos }
+	o.newInstalledOS = func(string) installedOS { return fos }
 	if got, want := stepNames(o.DeprovisionPlan()), []string{StepSelectDisk, StepMountRoot, StepDisableBoot, StepUnmountRoot}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("plan = %v, want %v", got, want)
 	}
@@ -473,7 +473,7 @@ func TestSoftDeprovisionRenamesGrubCfg(t *testing.T) {
 	// A second soft deprovision finds nothing to disable: a clear error.
 	o2, _ := newTestOrchestrator(t, cfg, &recordingProvider{})
 	o2.dumpDebugState = func(string) {}
-	o2.newTarget = func(string) osTarget { return fos }
+	o2.newInstalledOS = func(string) installedOS { return fos }
 	if err := o2.Deprovision(context.Background()); err == nil || !strings.Contains(err.Error(), "no grub.cfg") {
 		t.Fatalf("second soft deprovision: %v", err)
 	}
@@ -488,26 +488,22 @@ func TestDumpDebugStateRedactsSecrets(t *testing.T) {
 	os.MkdirAll(blk, 0o755)
 	os.WriteFile(filepath.Join(blk, "size"), []byte("2048\n"), 0o644)
 
-	procDir, sysDir, readKmsg, cfg0, log0 := debug.procDir, debug.sysDir, debug.readKmsg, debug.cfg, debug.log
-	t.Cleanup(func() {
-		debug.procDir, debug.sysDir, debug.readKmsg, debug.cfg, debug.log = procDir, sysDir, readKmsg, cfg0, log0
-	})
 	var out bytes.Buffer
-	debug.procDir = filepath.Join(root, "proc")
-	debug.sysDir = filepath.Join(root, "sys")
-	debug.readKmsg = func() ([]byte, error) {
+	cfg := testConfig()
+	o := NewOrchestrator(cfg, nil, nil)
+	o.debug.procDir = filepath.Join(root, "proc")
+	o.debug.sysDir = filepath.Join(root, "sys")
+	o.debug.readKmsg = func() ([]byte, error) {
 		return []byte("[    0.0] Kernel command line: booty.config=https://user:kmsgpass@host/c.yaml?access_token=KMSGTOKEN\n" +
 			"[    1.0] virtio_blk virtio1: [vda] 2048 512-byte logical blocks\n"), nil
 	}
-	SetDebugLogger(slog.New(slog.NewTextHandler(&out, nil)))
-	cfg := testConfig()
+	o.SetLogger(slog.New(slog.NewTextHandler(&out, nil)))
 	cfg.CloudInit.UserData = "#cloud-config\npassword: hunter2"
 	cfg.Image.URL = "https://s3.example.com/os.img?X-Amz-Signature=PRESIGNED"
 	cfg.PostProvisionCommands = []string{"echo root:CMDPASS | chpasswd"}
 	cfg.CloudInit.NetworkConfig = "version: 2\nwifis: {wlan0: {access-points: {home: {password: WIFIPASS}}}}"
-	setDebugConfig(cfg)
 
-	DumpDebugState(StepWriteImage)
+	o.dumpDebugState(StepWriteImage)
 	s := out.String()
 	for _, want := range []string{"step=write-image", "mounts: proc /proc", "vda", "size=1048576", "virtio_blk", "hostname: node-1"} {
 		if !strings.Contains(s, want) {
@@ -530,7 +526,7 @@ func TestStepErrorRedactsURL(t *testing.T) {
 	plan := []Step{{Name: StepWriteImage, Fn: func(context.Context) error {
 		return fmt.Errorf("write https://user:pw@s3.example.com/os.img?X-Amz-Signature=PRESIGNED: %w", errors.New("connection reset"))
 	}}}
-	err := runner{o: o}.run(context.Background(), plan)
+	err := executor{o: o}.run(context.Background(), plan)
 	if err == nil {
 		t.Fatal("run succeeded")
 	}

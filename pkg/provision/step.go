@@ -52,15 +52,15 @@ func FailedStep(err error) string {
 	return ""
 }
 
-// runner executes a plan: it logs and reports each step's start, end, index
+// executor runs a plan: it logs and reports each step's start, end, index
 // and duration; on the first failure it dumps debug state, reports the error
 // with the step name and stops.
-type runner struct {
+type executor struct {
 	o *Orchestrator
 }
 
-func (r runner) run(ctx context.Context, plan []Step) error {
-	o := r.o
+func (e executor) run(ctx context.Context, plan []Step) error {
+	o := e.o
 	total := len(plan)
 	for i, s := range plan {
 		idx := i + 1

@@ -2,6 +2,7 @@ package bmc
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -88,5 +89,19 @@ func TestCredentialsNeverPrinted(t *testing.T) {
 		if strings.Contains(s, "hunter2") {
 			t.Errorf("credentials print their password: %q", s)
 		}
+	}
+}
+
+func TestRedactKeepsChain(t *testing.T) {
+	err := redact(fmt.Errorf("login with hunter2 refused: %w", ErrAuth), "hunter2")
+	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "login with REDACTED refused") {
+		t.Fatalf("redact: %q", err)
+	}
+	if !errors.Is(err, ErrAuth) {
+		t.Fatal("redact lost the error chain")
+	}
+	plain := errors.New("no secret here")
+	if redact(plain, "hunter2") != plain || redact(plain, "no") != plain {
+		t.Fatal("redact changed an error without the secret, or searched for a short one")
 	}
 }

@@ -61,7 +61,7 @@ func (d *ipmi) session(ctx context.Context, what string, fn func(ctx context.Con
 		return fn(ctx, c)
 	})
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", what, d.addr, err)
+		return redact(fmt.Errorf("%s %s: %w", what, d.addr, err), d.creds.Password)
 	}
 	return nil
 }

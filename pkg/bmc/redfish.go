@@ -115,7 +115,7 @@ func (r *redfish) do(ctx context.Context, method, path string, in, out any) erro
 			return fmt.Errorf("%s %s: encode request: %w", method, path, err)
 		}
 	}
-	return retry(ctx, r.opts, func(ctx context.Context) error {
+	err := retry(ctx, r.opts, func(ctx context.Context) error {
 		err := r.once(ctx, method, path, body, out)
 		var re *redfishError
 		if r.opts.SessionAuth && errors.As(err, &re) && re.Status == http.StatusUnauthorized {
@@ -127,6 +127,7 @@ func (r *redfish) do(ctx context.Context, method, path string, in, out any) erro
 		}
 		return err
 	})
+	return redact(err, r.creds.Password)
 }
 
 func (r *redfish) once(ctx context.Context, method, path string, body []byte, out any) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -89,4 +90,25 @@ func waitPower(parent context.Context, o Options, bound time.Duration, what stri
 		case <-t.C:
 		}
 	}
+}
+
+// redactedError is an error whose text had a secret replaced; errors.Is
+// and errors.As still see the original chain.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redact returns err with every occurrence of secret in its text replaced
+// by REDACTED: a last guard, for errors of libraries that might quote what
+// they were given. Secrets shorter than 4 bytes are not searched for,
+// since they would blank out ordinary words.
+func redact(err error, secret string) error {
+	if err == nil || len(secret) < 4 || !strings.Contains(err.Error(), secret) {
+		return err
+	}
+	return &redactedError{msg: strings.ReplaceAll(err.Error(), secret, "REDACTED"), err: err}
 }

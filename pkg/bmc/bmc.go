@@ -153,6 +153,9 @@ type Driver interface {
 	// SetBootDevice sets the device the machine boots from next time (or
 	// every time, when persistent).
 	SetBootDevice(ctx context.Context, dev BootDevice) error
+	// Close ends what the driver keeps open (a Redfish session, idle
+	// connections). The driver can be used again afterwards.
+	Close(ctx context.Context) error
 }
 
 // VirtualMedia is implemented by drivers that can attach an ISO as a

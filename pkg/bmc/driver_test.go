@@ -54,6 +54,7 @@ func (r rig) driver(t *testing.T, creds bmc.Credentials, opts bmc.Options) bmc.D
 	if err != nil {
 		t.Fatalf("new driver for %s: %v", r.address, err)
 	}
+	t.Cleanup(func() { d.Close(context.Background()) })
 	return d
 }
 
@@ -454,15 +455,14 @@ func TestRedfishSession(t *testing.T) {
 	if logins != 1 || r.redfish.Sessions() != 1 {
 		t.Fatalf("%d logins, %d sessions open; want 1 and 1", logins, r.redfish.Sessions())
 	}
-	c, ok := d.(interface{ Close(context.Context) error })
-	if !ok {
-		t.Fatal("redfish driver has no Close")
-	}
-	if err := c.Close(t.Context()); err != nil {
+	if err := d.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if r.redfish.Sessions() != 0 {
 		t.Fatal("session left open after Close")
+	}
+	if _, err := d.PowerState(t.Context()); err != nil || r.redfish.Sessions() != 1 {
+		t.Fatalf("driver after Close: %v, %d sessions; want it to log in again", err, r.redfish.Sessions())
 	}
 }
 

@@ -37,6 +37,9 @@ func newIPMI(a Address, creds Credentials, o Options) (*ipmi, error) {
 
 func (d *ipmi) Address() Address { return d.addr }
 
+// Close does nothing: every call closes its own session.
+func (d *ipmi) Close(context.Context) error { return nil }
+
 // session runs fn in one lanplus session, retried as a whole on transient
 // failures. A refused login fails with ErrAuth.
 func (d *ipmi) session(ctx context.Context, what string, fn func(ctx context.Context, c *client.Client) error) error {

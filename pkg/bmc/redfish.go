@@ -214,8 +214,10 @@ func (r *redfish) login(ctx context.Context) error {
 	return nil
 }
 
-// Close ends the Redfish session, if one is open.
+// Close ends the Redfish session, if one is open, and closes idle
+// connections.
 func (r *redfish) Close(ctx context.Context) error {
+	defer r.hc.CloseIdleConnections()
 	r.mu.Lock()
 	uri, token := r.sessionURI, r.token
 	r.token, r.sessionURI = "", ""

@@ -145,14 +145,14 @@ type chassis struct {
 	override bmc.BootDevice // Device "" is no override
 	ignore   bool           // failure injection: power actions do not take
 	lastErr  error
-	inflight int        // power changes started and not applied yet
-	idle     *sync.Cond // on mu, broadcast when inflight drops to zero
-	opMu     sync.Mutex // one power change at a time
+	issued   int        // power changes accepted so far
+	applied  int        // power changes applied (or failed) so far
+	changed  *sync.Cond // on mu, broadcast when applied grows
 }
 
 func newChassis(m Machine, delay time.Duration, log *slog.Logger) *chassis {
 	c := &chassis{m: m, delay: delay, log: log}
-	c.idle = sync.NewCond(&c.mu)
+	c.changed = sync.NewCond(&c.mu)
 	return c
 }
 
@@ -182,34 +182,35 @@ func (c *chassis) nextBoot() bmc.Device {
 }
 
 // apply applies a in the background after the delay, unless power actions
-// are set to be ignored. Errors are logged and kept for LastError.
+// are set to be ignored. Changes are applied one at a time, in the order
+// they were accepted. Errors are logged and kept for lastError.
 func (c *chassis) apply(a action) {
 	c.mu.Lock()
-	ignore := c.ignore
-	if !ignore {
-		c.inflight++
-	}
-	c.mu.Unlock()
-	if ignore {
+	if c.ignore {
+		c.mu.Unlock()
 		c.log.Warn("bmcsim: ignoring power action (failure injection)", "action", a)
 		return
 	}
+	ticket := c.issued
+	c.issued++
+	c.mu.Unlock()
 	go func() {
 		time.Sleep(c.delay)
-		c.opMu.Lock()
-		defer c.opMu.Unlock()
+		c.mu.Lock()
+		for c.applied != ticket {
+			c.changed.Wait()
+		}
+		c.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), powerBound)
-		defer cancel()
 		err := c.run(ctx, a)
+		cancel()
 		if err != nil {
 			c.log.Error("bmcsim: power action failed", "action", a, "err", err)
 		}
 		c.mu.Lock()
 		c.lastErr = err
-		c.inflight--
-		if c.inflight == 0 {
-			c.idle.Broadcast()
-		}
+		c.applied++
+		c.changed.Broadcast()
 		c.mu.Unlock()
 	}()
 }
@@ -243,8 +244,8 @@ func (c *chassis) run(ctx context.Context, a action) error {
 func (c *chassis) wait() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.inflight > 0 {
-		c.idle.Wait()
+	for c.applied < c.issued {
+		c.changed.Wait()
 	}
 }
 

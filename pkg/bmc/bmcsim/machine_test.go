@@ -1,0 +1,37 @@
+package bmcsim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/booty-dev/booty/pkg/bmc"
+)
+
+// TestPowerChangesApplyInOrder: power changes accepted in a row are applied
+// one at a time in that order, and a one-time boot override is spent by
+// the first power on while a persistent one stays.
+func TestPowerChangesApplyInOrder(t *testing.T) {
+	m := &MemMachine{}
+	c := newChassis(m, 10*time.Millisecond, testLogger(t))
+	c.setBoot(bmc.BootDevice{Device: bmc.DevicePXE})
+	for _, a := range []action{actOn, actOffHard, actOn, actOffSoft, actOn} {
+		c.apply(a)
+	}
+	c.wait()
+	if m.State() != bmc.PowerOn {
+		t.Fatalf("machine is %s after on, off, on, soft off, on; want On", m.State())
+	}
+	if got := m.Boots(); len(got) != 3 || got[0] != bmc.DevicePXE || got[1] != "" || got[2] != "" {
+		t.Fatalf("boots = %q, want [pxe, firmware, firmware]", got)
+	}
+	c.setBoot(bmc.BootDevice{Device: bmc.DeviceDisk, Persistent: true})
+	c.apply(actRestart)
+	c.apply(actRestart)
+	c.wait()
+	if got := m.Boots(); len(got) != 5 || got[3] != bmc.DeviceDisk || got[4] != bmc.DeviceDisk {
+		t.Fatalf("boots = %q, want two more from disk", got)
+	}
+	if err := c.lastError(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -105,3 +105,29 @@ func TestRedactKeepsChain(t *testing.T) {
 		t.Fatal("redact changed an error without the secret, or searched for a short one")
 	}
 }
+
+func TestRedfishResolveStaysOnTheService(t *testing.T) {
+	a, err := ParseAddress("redfish://bmc.example:8443/redfish/v1/Systems/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := newRedfish(a, Credentials{Username: "u"}, Options{}.withDefaults())
+	for in, want := range map[string]string{
+		"/redfish/v1/Systems/1":                          "https://bmc.example:8443/redfish/v1/Systems/1",
+		"https://bmc.example:8443/redfish/v1/Managers/1": "https://bmc.example:8443/redfish/v1/Managers/1",
+		"https://evil.example/redfish/v1/Managers/1":     "",
+		"http://bmc.example:8443/redfish/v1/Managers/1":  "",
+		"redfish/v1/Systems/1":                           "",
+	} {
+		got, err := r.resolve(in)
+		if want == "" {
+			if err == nil {
+				t.Errorf("resolve(%q) = %q, want an error", in, got)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("resolve(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}

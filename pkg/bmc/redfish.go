@@ -136,7 +136,11 @@ func (r *redfish) once(ctx context.Context, method, path string, body []byte, ou
 			return err
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, r.base+path, bytes.NewReader(body))
+	target, err := r.resolve(path)
+	if err != nil {
+		return permanent(fmt.Errorf("%s %s: %w", method, path, err))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
 	if err != nil {
 		return permanent(fmt.Errorf("%s %s: %w", method, path, err))
 	}
@@ -185,6 +189,21 @@ func (r *redfish) once(ctx context.Context, method, path string, body []byte, ou
 }
 
 const sessionsPath = "/redfish/v1/SessionService/Sessions"
+
+// resolve returns the URL of a path the BMC named (an @odata.id or action
+// target): a path is joined to the service's origin; an absolute URL is
+// accepted only on the service's own origin, so that credentials never
+// go elsewhere.
+func (r *redfish) resolve(path string) (string, error) {
+	if strings.HasPrefix(path, "/") {
+		return r.base + path, nil
+	}
+	u, err := url.Parse(path)
+	if err != nil || u.Scheme+"://"+u.Host != r.base {
+		return "", fmt.Errorf("link %q is not on %s", path, r.base)
+	}
+	return path, nil
+}
 
 // authorize adds the session token or basic auth to req.
 func (r *redfish) authorize(req *http.Request, path string) {

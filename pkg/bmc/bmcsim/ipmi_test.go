@@ -68,6 +68,33 @@ func TestIPMIToolDrivesMachine(t *testing.T) {
 	if b := s.Boot(); b.Device != "" {
 		t.Fatalf("one-time override still set after the boot: %+v", b)
 	}
+	ipmitool(t, s, "s3cret-pw", "chassis", "bootdev", "disk", "options=persistent")
+	if b := s.Boot(); b.Device != bmc.DeviceDisk || !b.Persistent || b.Mode != bmc.BootLegacy {
+		t.Fatalf("boot override after bootdev disk persistent = %+v, want disk persistent legacy", b)
+	}
+	if out := ipmitool(t, s, "s3cret-pw", "chassis", "bootparam", "get", "5"); !strings.Contains(out, "Force Boot from default Hard-Drive") {
+		t.Fatalf("bootparam get 5 does not show the disk override:\n%s", out)
+	}
+	ipmitool(t, s, "s3cret-pw", "chassis", "power", "reset")
+	ipmitool(t, s, "s3cret-pw", "chassis", "power", "cycle")
+	if err := s.WaitPower(); err != nil {
+		t.Fatal(err)
+	}
+	// reset: the reset line, same device; cycle: off then on, from disk.
+	if m.Resets() != 1 || m.State() != bmc.PowerOn {
+		t.Fatalf("after reset and cycle: %d resets, %s; want 1, On", m.Resets(), m.State())
+	}
+	if boots := m.Boots(); len(boots) != 3 || boots[2] != bmc.DeviceDisk {
+		t.Fatalf("boots = %q, want [pxe pxe disk]", boots)
+	}
+	ipmitool(t, s, "s3cret-pw", "chassis", "power", "soft")
+	if err := s.WaitPower(); err != nil {
+		t.Fatal(err)
+	}
+	if m.State() != bmc.PowerOff {
+		t.Fatalf("machine is %s after power soft, want Off", m.State())
+	}
+	ipmitool(t, s, "s3cret-pw", "chassis", "power", "on")
 	ipmitool(t, s, "s3cret-pw", "chassis", "power", "off")
 	if err := s.WaitPower(); err != nil {
 		t.Fatal(err)

@@ -54,20 +54,11 @@ type IPMI struct {
 // NewIPMI starts an IPMI BMC for cfg.Machine. It fails on an incomplete
 // config or when it cannot listen.
 func NewIPMI(cfg IPMIConfig) (*IPMI, error) {
-	if cfg.Machine == nil || cfg.Username == "" || cfg.Password == "" {
-		return nil, errors.New("start ipmi bmc: machine, username and password are required")
+	if err := setup("ipmi", cfg.Machine, cfg.Username, cfg.Password, &cfg.PowerDelay, &cfg.Addr, &cfg.Logger); err != nil {
+		return nil, err
 	}
 	if len(cfg.Username) > 16 || len(cfg.Password) > 20 {
 		return nil, errors.New("start ipmi bmc: username longer than 16 bytes or password longer than 20")
-	}
-	if cfg.PowerDelay <= 0 {
-		cfg.PowerDelay = DefaultPowerDelay
-	}
-	if cfg.Addr == "" {
-		cfg.Addr = "127.0.0.1:0"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	s := &IPMI{
 		cfg:     cfg,

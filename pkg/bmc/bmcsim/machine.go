@@ -134,6 +134,25 @@ const DefaultPowerDelay = 100 * time.Millisecond
 // powerBound bounds one power change applied to a machine.
 const powerBound = 5 * time.Minute
 
+// setup checks what both test BMCs need (a machine, a user name and a
+// password) and fills in the defaults of the power delay, the listen
+// address (127.0.0.1:0) and the logger.
+func setup(kind string, m Machine, user, password string, delay *time.Duration, addr *string, log **slog.Logger) error {
+	if m == nil || user == "" || password == "" {
+		return fmt.Errorf("start %s bmc: machine, username and password are required", kind)
+	}
+	if *delay <= 0 {
+		*delay = DefaultPowerDelay
+	}
+	if *addr == "" {
+		*addr = "127.0.0.1:0"
+	}
+	if *log == nil {
+		*log = slog.Default()
+	}
+	return nil
+}
+
 // chassis is what both test BMCs share: the machine, its boot override and
 // the background application of power changes.
 type chassis struct {

@@ -1,6 +1,7 @@
 package bmcsim
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -33,5 +34,20 @@ func TestPowerChangesApplyInOrder(t *testing.T) {
 	}
 	if err := c.lastError(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewRefusesIncompleteConfig: a test BMC without machine or
+// credentials, or with IPMI credentials too long for the protocol, does
+// not start.
+func TestNewRefusesIncompleteConfig(t *testing.T) {
+	if _, err := NewRedfish(RedfishConfig{Username: "a", Password: "b"}); err == nil || !strings.Contains(err.Error(), "start redfish bmc: machine, username and password are required") {
+		t.Errorf("NewRedfish without a machine: %v", err)
+	}
+	if _, err := NewIPMI(IPMIConfig{Machine: &MemMachine{}, Username: "a"}); err == nil || !strings.Contains(err.Error(), "start ipmi bmc: machine, username and password are required") {
+		t.Errorf("NewIPMI without a password: %v", err)
+	}
+	if _, err := NewIPMI(IPMIConfig{Machine: &MemMachine{}, Username: "a", Password: strings.Repeat("x", 21)}); err == nil || !strings.Contains(err.Error(), "password longer than 20") {
+		t.Errorf("NewIPMI with a 21-byte password: %v", err)
 	}
 }

@@ -86,20 +86,11 @@ type Redfish struct {
 // (CertPool and CACertPEM hand it to clients). It fails on an incomplete
 // config or when it cannot listen.
 func NewRedfish(cfg RedfishConfig) (*Redfish, error) {
-	if cfg.Machine == nil || cfg.Username == "" || cfg.Password == "" {
-		return nil, errors.New("start redfish bmc: machine, username and password are required")
+	if err := setup("redfish", cfg.Machine, cfg.Username, cfg.Password, &cfg.PowerDelay, &cfg.Addr, &cfg.Logger); err != nil {
+		return nil, err
 	}
 	if cfg.SystemID == "" {
 		cfg.SystemID = "1"
-	}
-	if cfg.PowerDelay <= 0 {
-		cfg.PowerDelay = DefaultPowerDelay
-	}
-	if cfg.Addr == "" {
-		cfg.Addr = "127.0.0.1:0"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	r := &Redfish{
 		cfg:      cfg,

@@ -13,6 +13,7 @@ PKGS=(
   debootstrap lvm2                # the bootable Debian test image; LVM root tests
   bmap-tools time                 # make bench: bmaptool anchor, peak RSS
   grub-common grub-efi-amd64-bin grub-pc-bin xorriso # make iso (virtual media)
+  ipmitool                        # drives the IPMI test BMC (pkg/bmc/bmcsim)
 )
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

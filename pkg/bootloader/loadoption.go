@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf16"
 
 	"github.com/booty-dev/booty/pkg/guid"
+	"github.com/booty-dev/booty/pkg/utf16text"
 )
 
 // Load option attributes (UEFI 2.10, 3.1.3).
@@ -91,7 +91,7 @@ func (o LoadOption) Partition() (PartitionInfo, bool) {
 func (o LoadOption) Loader() (string, bool) {
 	for _, n := range o.FilePath {
 		if n.Type == devicePathTypeMedia && n.SubType == mediaSubTypeFilePath {
-			return decodeUTF16(n.Data), true
+			return utf16text.Decode(n.Data, binary.LittleEndian), true
 		}
 	}
 	return "", false
@@ -123,7 +123,7 @@ func (n DevicePathNode) String() string {
 	case n.Type == devicePathTypeEnd:
 		return ""
 	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypeFilePath:
-		return "File(" + decodeUTF16(n.Data) + ")"
+		return "File(" + utf16text.Decode(n.Data, binary.LittleEndian) + ")"
 	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypePIWGFile && len(n.Data) == 16:
 		return "FvFile(" + guid.Format(n.Data) + ")"
 	case n.Type == devicePathTypeMedia && n.SubType == mediaSubTypePIWGVolume && len(n.Data) == 16:
@@ -204,7 +204,7 @@ func hardDriveNode(p PartitionInfo) (DevicePathNode, error) {
 // filePathNode builds a FILE_PATH media node; forward slashes become
 // backslashes and a leading backslash is added when missing.
 func filePathNode(path string) DevicePathNode {
-	return DevicePathNode{Type: devicePathTypeMedia, SubType: mediaSubTypeFilePath, Data: encodeUTF16(efiPath(path))}
+	return DevicePathNode{Type: devicePathTypeMedia, SubType: mediaSubTypeFilePath, Data: utf16text.EncodeLE(efiPath(path))}
 }
 
 // efiPath normalises a loader path to the form firmware expects:
@@ -228,7 +228,7 @@ func (o LoadOption) MarshalBinary() ([]byte, error) {
 	var b bytes.Buffer
 	binary.Write(&b, binary.LittleEndian, o.Attributes)
 	binary.Write(&b, binary.LittleEndian, uint16(len(fp)))
-	b.Write(encodeUTF16(o.Description))
+	b.Write(utf16text.EncodeLE(o.Description))
 	b.Write(fp)
 	b.Write(o.OptionalData)
 	return b.Bytes(), nil
@@ -255,7 +255,7 @@ func ParseLoadOption(b []byte) (LoadOption, error) {
 	if end < 0 {
 		return LoadOption{}, fmt.Errorf("parse load option: description not NUL-terminated: %w", ErrBadLoadOption)
 	}
-	o.Description = decodeUTF16(rest[:end+2])
+	o.Description = utf16text.Decode(rest[:end+2], binary.LittleEndian)
 	rest = rest[end+2:]
 	if fpLen > len(rest) {
 		return LoadOption{}, fmt.Errorf("parse load option %q: file path list length %d with %d bytes left: %w", o.Description, fpLen, len(rest), ErrBadLoadOption)
@@ -269,27 +269,4 @@ func ParseLoadOption(b []byte) (LoadOption, error) {
 		o.OptionalData = bytes.Clone(rest[fpLen:])
 	}
 	return o, nil
-}
-
-// encodeUTF16 returns s as NUL-terminated UTF-16LE.
-func encodeUTF16(s string) []byte {
-	u := utf16.Encode([]rune(s))
-	b := make([]byte, 0, 2*len(u)+2)
-	for _, c := range u {
-		b = binary.LittleEndian.AppendUint16(b, c)
-	}
-	return append(b, 0, 0)
-}
-
-// decodeUTF16 decodes UTF-16LE up to the first NUL or the end of b.
-func decodeUTF16(b []byte) string {
-	u := make([]uint16, 0, len(b)/2)
-	for i := 0; i+1 < len(b); i += 2 {
-		c := binary.LittleEndian.Uint16(b[i:])
-		if c == 0 {
-			break
-		}
-		u = append(u, c)
-	}
-	return string(utf16.Decode(u))
 }

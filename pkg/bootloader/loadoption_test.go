@@ -2,10 +2,13 @@ package bootloader
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/booty-dev/booty/pkg/utf16text"
 )
 
 // unhex decodes hex written with spaces, newlines and "|" separators.
@@ -134,7 +137,7 @@ func TestLoadOptionDecodeFvFile(t *testing.T) {
 
 func TestLoadOptionOptionalData(t *testing.T) {
 	o := debianLoadOption(t)
-	o.OptionalData = encodeUTF16(`\EFI\debian\grubx64.efi`)
+	o.OptionalData = utf16text.EncodeLE(`\EFI\debian\grubx64.efi`)
 	b, err := o.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +206,7 @@ func TestHardDriveNodeGUID(t *testing.T) {
 
 func TestFilePathNodeNormalises(t *testing.T) {
 	for _, in := range []string{"EFI/debian/shimx64.efi", `\EFI\debian\shimx64.efi`, `/EFI/debian/shimx64.efi`} {
-		if got := decodeUTF16(filePathNode(in).Data); got != `\EFI\debian\shimx64.efi` {
+		if got := utf16text.Decode(filePathNode(in).Data, binary.LittleEndian); got != `\EFI\debian\shimx64.efi` {
 			t.Errorf("FilePathNode(%q) = %q", in, got)
 		}
 	}

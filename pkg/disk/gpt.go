@@ -11,9 +11,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf16"
 
 	"github.com/booty-dev/booty/pkg/guid"
+	"github.com/booty-dev/booty/pkg/utf16text"
 )
 
 // GPT partition type GUIDs, lowercase, as sgdisk -i prints them.
@@ -249,7 +249,7 @@ func (g *gpt) parseEntries() error {
 			continue
 		}
 		p := gptPart{index: i, number: i + 1, typ: typ, guid: guid.Format(e[16:32]),
-			first: binary.LittleEndian.Uint64(e[32:]), last: binary.LittleEndian.Uint64(e[40:]), name: decodeName(e[56:128])}
+			first: binary.LittleEndian.Uint64(e[32:]), last: binary.LittleEndian.Uint64(e[40:]), name: utf16text.Decode(e[56:128], binary.LittleEndian)}
 		if p.first > p.last || p.first < h.firstUsable || p.last > h.lastUsable {
 			return fmt.Errorf("%w: partition %d spans LBA %d-%d outside usable %d-%d", ErrBadGPT, p.number, p.first, p.last, h.firstUsable, h.lastUsable)
 		}
@@ -339,18 +339,6 @@ func (g *gpt) encodeHeader(myLBA, altLBA, entriesLBA, lastUsable uint64, entries
 	le.PutUint32(out[88:], entriesCRC)
 	le.PutUint32(out[16:], headerCRC(out[:g.size]))
 	return out
-}
-
-func decodeName(b []byte) string {
-	u := make([]uint16, 0, len(b)/2)
-	for i := 0; i+1 < len(b); i += 2 {
-		c := binary.LittleEndian.Uint16(b[i:])
-		if c == 0 {
-			break
-		}
-		u = append(u, c)
-	}
-	return string(utf16.Decode(u))
 }
 
 // GrowOptions say which partition GrowGPT grows and how far.

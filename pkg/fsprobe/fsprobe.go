@@ -11,7 +11,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unicode/utf16"
+
+	"github.com/booty-dev/booty/pkg/utf16text"
 )
 
 // Types Probe returns, as blkid and mount(2) spell them.
@@ -193,7 +194,7 @@ func iso9660(r io.ReaderAt, head []byte) (Info, bool, error) {
 			found = true
 		case 2:
 			if esc := buf[88:91]; esc[0] == '%' && esc[1] == '/' && (esc[2] == '@' || esc[2] == 'C' || esc[2] == 'E') {
-				joliet = ucs2BE(buf[40:72])
+				joliet = strings.TrimRight(utf16text.Decode(buf[40:72], binary.BigEndian), " ")
 			}
 		}
 	}
@@ -204,14 +205,6 @@ func iso9660(r io.ReaderAt, head []byte) (Info, bool, error) {
 		return Info{Type: ISO9660, Label: joliet}, true, nil
 	}
 	return Info{Type: ISO9660, Label: primary}, true, nil
-}
-
-func ucs2BE(b []byte) string {
-	u := make([]uint16, 0, len(b)/2)
-	for i := 0; i+1 < len(b); i += 2 {
-		u = append(u, binary.BigEndian.Uint16(b[i:]))
-	}
-	return strings.TrimRight(string(utf16.Decode(u)), " \x00")
 }
 
 // fat reads a FAT12/16/32 boot sector: signature 0x55AA at 510, a plausible

@@ -108,7 +108,7 @@ func (c *Collector) Collect(ctx context.Context) (*api.HardwareDetails, error) {
 	sm := c.readSMBIOS()
 	hw.SystemVendor, hw.Firmware.BIOS = sm.system, sm.bios
 
-	mem, err := c.RAMMebibytes(sm)
+	mem, err := c.ramMebibytes(sm)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,11 @@ import (
 // Root/proc/meminfo rounded up to whole MiB (which is what the kernel can
 // use, a little less than what is installed). It fails when neither is
 // readable.
-func (c *Collector) RAMMebibytes(sm smbiosFacts) (int, error) {
+func (c *Collector) RAMMebibytes() (int, error) {
+	return c.ramMebibytes(c.readSMBIOS())
+}
+
+func (c *Collector) ramMebibytes(sm smbiosFacts) (int, error) {
 	if sm.memBytes > 0 {
 		return int(sm.memBytes >> 20), nil
 	}

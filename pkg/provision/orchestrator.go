@@ -16,6 +16,7 @@ import (
 	"github.com/booty-dev/booty/pkg/bootloader"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/health"
 	"github.com/booty-dev/booty/pkg/image"
 )
 
@@ -101,6 +102,7 @@ type Orchestrator struct {
 	removeEFI      func(partUUIDs map[string]bool) ([]uint16, error)
 	listEFI        func() ([]string, error)
 	readPartUUIDs  func(d *disk.Disk) (map[string]bool, error)
+	healthChecks   func(ctx context.Context, opts health.Options) []health.CheckResult // nil: health.NewChecker
 	deployDir      string
 	kexecDir       string
 	devDir         string
@@ -201,10 +203,10 @@ func (o *Orchestrator) Kexec() *KexecTarget {
 func (o *Orchestrator) ProvisionPlan() []Step {
 	c := o.cfg
 	grow := c.Disk.RootPartitionSize != config.RootPartitionKeep
-	plan := []Step{
-		{Name: StepSelectDisk, Fn: o.stepSelectDisk},
-		{Name: StepWriteImage, Fn: o.stepWriteImage},
-	}
+	plan := append(o.healthPlan(),
+		Step{Name: StepSelectDisk, Fn: o.stepSelectDisk},
+		Step{Name: StepWriteImage, Fn: o.stepWriteImage},
+	)
 	if grow {
 		plan = append(plan, Step{Name: StepGrowPartition, Fn: o.stepGrowPartition})
 	}

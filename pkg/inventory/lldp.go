@@ -72,31 +72,25 @@ func DecodeLLDP(frame []byte) (Neighbor, error) {
 }
 
 func chassisID(c layers.LLDPChassisID) string {
-	switch c.Subtype {
-	case layers.LLDPChassisIDSubTypeMACAddr:
-		if len(c.ID) == 6 {
-			return net.HardwareAddr(c.ID).String()
-		}
-	case layers.LLDPChassisIDSubTypeNetworkAddr:
-		if s := networkAddr(c.ID); s != "" {
-			return s
-		}
-	}
-	return idString(c.ID)
+	return formatID(c.ID, c.Subtype == layers.LLDPChassisIDSubTypeMACAddr, c.Subtype == layers.LLDPChassisIDSubTypeNetworkAddr)
 }
 
 func portID(p layers.LLDPPortID) string {
-	switch p.Subtype {
-	case layers.LLDPPortIDSubtypeMACAddr:
-		if len(p.ID) == 6 {
-			return net.HardwareAddr(p.ID).String()
-		}
-	case layers.LLDPPortIDSubtypeNetworkAddr:
-		if s := networkAddr(p.ID); s != "" {
+	return formatID(p.ID, p.Subtype == layers.LLDPPortIDSubtypeMACAddr, p.Subtype == layers.LLDPPortIDSubtypeNetworkAddr)
+}
+
+// formatID spells a chassis or port ID by its subtype: a MAC address as
+// aa:bb:..., a network address as an IP, anything else as text.
+func formatID(id []byte, isMAC, isNetAddr bool) string {
+	switch {
+	case isMAC && len(id) == 6:
+		return net.HardwareAddr(id).String()
+	case isNetAddr:
+		if s := networkAddr(id); s != "" {
 			return s
 		}
 	}
-	return idString(p.ID)
+	return idString(id)
 }
 
 // networkAddr decodes an IANA address family byte and an address.

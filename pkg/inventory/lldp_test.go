@@ -87,3 +87,21 @@ func TestLLDPFrameRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeLLDPNetworkAddressIDs: chassis and port IDs given as network
+// addresses (subtype 5 and 4, IANA family byte first) read as IPs.
+func TestDecodeLLDPNetworkAddressIDs(t *testing.T) {
+	f := append(append([]byte{}, LLDPMulticast...), 0x02, 0, 0, 0, 0, 1, 0x88, 0xcc)
+	tlv := func(typ int, v ...byte) { f = append(append(f, byte(typ<<1|len(v)>>8), byte(len(v))), v...) }
+	tlv(1, 5, 1, 192, 0, 2, 1)                                               // chassis: IPv4 192.0.2.1
+	tlv(2, 4, 2, 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7) // port: IPv6 2001:db8::7
+	tlv(3, 0, 120)
+	tlv(0)
+	got, err := DecodeLLDP(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ChassisID != "192.0.2.1" || got.PortID != "2001:db8::7" {
+		t.Errorf("decoded %+v", got)
+	}
+}

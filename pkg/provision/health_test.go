@@ -155,3 +155,6 @@ func TestHealthCheckInPlanOnlyWithSection(t *testing.T) {
 		t.Errorf("plan with health section: %v", got)
 	}
 }
+
+// bootyd's provider reports health results.
+var _ HealthReporter = (*config.ServerProvider)(nil)

@@ -9,6 +9,7 @@
 //	POST /v1/machines/{mac}/status    StatusReport   (Authorization: Bearer <machine token>)
 //	POST /v1/machines/{mac}/progress  ProgressReport (Authorization: Bearer <machine token>)
 //	POST /v1/machines/{mac}/logs      LogBatch       (Authorization: Bearer <machine token>)
+//	POST /v1/machines/{mac}/health    HealthReport   (Authorization: Bearer <machine token>; sent by the agent, not yet recorded by bootyd)
 //	GET  /v1/machines                 []MachineState, what bootyd recorded so far
 //	GET  /v1/machines/{mac}           MachineState
 //	GET  /files/{path}                files and images, with Range support

@@ -69,6 +69,8 @@ type MachineConfig struct {
 	CloudInit CloudInitSpec `json:"cloudInit,omitzero"`
 	// Network configures the agent's own network when the kernel command line does not.
 	Network NetworkSpec `json:"network,omitzero"`
+	// Health, when present, runs the health checks before select-disk (see HealthSpec).
+	Health *HealthSpec `json:"health,omitempty"`
 }
 
 // ImageSpec names the OS image and how to verify it.

@@ -63,6 +63,11 @@ func (c *MachineConfig) Clone() *MachineConfig {
 		v := *c.EFIBootEntry
 		r.EFIBootEntry = &v
 	}
+	if c.Health != nil {
+		h := *c.Health
+		h.ReportOnly = slices.Clone(c.Health.ReportOnly)
+		r.Health = &h
+	}
 	if c.Disk.Hints != nil {
 		r.Disk.Hints = make(RootDeviceHints, len(c.Disk.Hints))
 		for k, v := range c.Disk.Hints {

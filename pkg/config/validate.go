@@ -260,6 +260,9 @@ func (c *MachineConfig) validate() []problem {
 			add(fmt.Sprintf("network.dns[%d]", i), "want an IP address, got %q", ns)
 		}
 	}
+	if c.Health != nil {
+		c.Health.validate(add)
+	}
 	return ps
 }
 

@@ -169,7 +169,12 @@ func openDevice(path string, flag int) (BlockDevice, error) {
 }
 
 // The Manager's seams with their defaults, for a Manager built as a literal.
-func (m *Manager) open(path string, flag int) (BlockDevice, error) {
+func (m *Manager) open(path string, flag int) (BlockDevice, error) { return m.OpenDisk(path, flag) }
+
+// OpenDisk opens the disk or partition at path through the Manager's Open
+// seam (OpenDevice by default): the one way other packages (health checks)
+// open a block device.
+func (m *Manager) OpenDisk(path string, flag int) (BlockDevice, error) {
 	if m.Open != nil {
 		return m.Open(path, flag)
 	}

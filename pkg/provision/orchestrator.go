@@ -13,6 +13,7 @@ import (
 	"github.com/booty-dev/booty/pkg/command"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/health"
 	"github.com/booty-dev/booty/pkg/image"
 )
 
@@ -75,6 +76,7 @@ type Orchestrator struct {
 	listEFI        func() ([]string, error)
 	readPartUUIDs  func(d *disk.Disk) (map[string]bool, error)
 	zeroEnds       func(path string) error
+	healthChecks   func(ctx context.Context, opts health.Options) []health.CheckResult // nil: health.NewChecker
 	deployDir      string
 	kexecDir       string
 	devDir         string

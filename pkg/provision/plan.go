@@ -62,7 +62,9 @@ func (p Plan) Names() []string {
 
 // ProvisionPlan returns the steps Provision runs, in order, for this config.
 // Steps that have nothing to do for it are left out, so the plan bootyd
-// sees is what really happens. The steps that configure the installed OS
+// sees is what really happens: the health checks run first, and only when
+// the config has a health section (so without one no NVMe or ATA command
+// reaches a disk). The steps that configure the installed OS
 // run between mount-root and unmount-root, which are left out too when
 // there is none.
 func (o *Orchestrator) ProvisionPlan() []Step {
@@ -82,6 +84,7 @@ func (o *Orchestrator) ProvisionPlan() []Step {
 		AppendWhen(c.Handoff == "" || c.Handoff == config.HandoffKexec, StepPrepareKexec, o.stepPrepareKexec)
 
 	plan := Plan{}.
+		AppendWhen(c.Health != nil, StepHealthCheck, o.stepHealthCheck).
 		Append(StepSelectDisk, o.stepSelectDisk).
 		Append(StepWriteImage, o.stepWriteImage).
 		AppendWhen(grow, StepGrowPartition, o.stepGrowPartition)

@@ -85,6 +85,7 @@ type Orchestrator struct {
 	kexec           *KexecTarget
 	detail          map[string]string
 	firmwareChanged bool
+	allowHTTP       bool // the operator's opt-in to plain http image URLs
 
 	// Seams, set to the real implementations by NewOrchestrator.
 	now            func() time.Time
@@ -166,6 +167,11 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 	o.readPartUUIDs = readPartUUIDs
 	return o
 }
+
+// SetAllowHTTP passes the operator's opt-in to plain http:// image and
+// bmap URLs (kernel parameter booty.insecure-http=1) to the image writer;
+// without it such URLs fail the write-image step before anything is written.
+func (o *Orchestrator) SetAllowHTTP(allow bool) { o.allowHTTP = allow }
 
 // SetLogger routes the orchestrator's logs to l.
 func (o *Orchestrator) SetLogger(l *slog.Logger) {
@@ -338,6 +344,7 @@ func (o *Orchestrator) stepWriteImage(ctx context.Context) error {
 		BmapChecksum:  o.cfg.Image.BmapChecksum,
 		Target:        t.Path,
 		CACert:        ca,
+		AllowHTTP:     o.allowHTTP,
 		Log:           o.log.With("step", StepWriteImage),
 		Progress: func(p image.Progress) {
 			o.reportProgress(ctx, api.ProgressReport{Step: StepWriteImage, BytesDone: p.BytesDone,

@@ -85,9 +85,9 @@ func loadBmap(ctx context.Context, o *Options) (*bmap, error) {
 	}
 	b, err := parseBmap(data)
 	if err != nil {
-		return nil, fmt.Errorf("parse bmap %s: %w", o.Bmap, err)
+		return nil, fmt.Errorf("parse bmap %s: %w", redact.URL(o.Bmap), err)
 	}
-	o.Log.Info("bmap loaded", "bmap", o.Bmap, "version", b.Version, "image_size", b.ImageSize,
+	o.Log.Info("bmap loaded", "bmap", redact.URL(o.Bmap), "version", b.Version, "image_size", b.ImageSize,
 		"mapped_bytes", b.MappedBlocks*b.BlockSize, "ranges", len(b.Ranges), "checksum", b.ChecksumType)
 	return b, nil
 }

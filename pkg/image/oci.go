@@ -107,7 +107,8 @@ func openOCI(ctx context.Context, o *Options, u *url.URL) (source, error) {
 		return nil, fmt.Errorf("open blob of %s: %w: %w", name, ErrBadSource, err)
 	}
 	// A blob is content-addressed: the digest guards a resume, and the
-	// bearer token must come along (Go drops it on redirects to other hosts).
+	// bearer token must come along (httpfetch.CheckRedirect drops it on a
+	// redirect to another host or port, such as a CDN).
 	s := &httpSource{ctx: ctx, o: o, client: c, u: bu, name: name + " blob " + layer.Digest, log: o.Log, size: -1,
 		digest: digest, header: r.authHeader()}
 	s, err = startHTTP(s)

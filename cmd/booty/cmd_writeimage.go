@@ -35,7 +35,7 @@ const writeImageUsage = `Usage:
                     [--image-checksum sha256:HEX] [--bmap URL [--bmap-checksum sha256:HEX]]
                     [--target-size SIZE] [--ca-cert FILE]
                     [--progress] [--fresh-target] [--no-direct]
-                    [--insecure-skip-verify]
+                    [--insecure-skip-verify] [--insecure-http]
 
 Streams the image at URL (http, https, file://, a path, or
 oci://REGISTRY/REPO@sha256:HEX; gzip, zstd, xz, bzip2, lz4, qcow2 or raw,
@@ -53,6 +53,12 @@ With --bmap (bmaptool's XML, versions 1.x and 2.0), each mapped range is
 checked against its checksum as it passes and unmapped ranges are not
 written; they must be zero in the image, or the write fails naming the
 first offset that is not. --bmap-checksum pins the bmap file. For registries that need a token, set BOOTY_OCI_TOKEN.
+
+TLS is verified, and plain http:// (or oci+http://) URLs are refused unless
+--insecure-http is given; redirects are bounded, never go from https to
+http, and carry no credentials to another host. Interrupted downloads are
+retried a bounded number of times with growing waits; a server that stalls
+fails the attempt after 60 s without data.
 
 Exit status: 0 the target holds the verified image, 1 the write failed,
 2 usage error.
@@ -72,6 +78,7 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 	caCert := fs.String("ca-cert", "", "PEM `FILE` of CA certificates for https sources (default: system pool)")
 	progress := fs.Bool("progress", false, "show progress: a bar on a terminal, a log line every 5 s otherwise")
 	insecure := fs.Bool("insecure-skip-verify", false, "write without any checksum (the image is not verified)")
+	insecureHTTP := fs.Bool("insecure-http", false, "allow plain http:// and oci+http:// URLs for --source and --bmap (unencrypted, unauthenticated)")
 	var targetSize sizeValue
 	fs.Var(&targetSize, "target-size", "use at most `SIZE` of the target, like 64M or 20G (default: its whole size; unlimited for a file)")
 	bmap := fs.String("bmap", "", "bmaptool bmap `URL` or path: verify mapped ranges, skip unmapped ones (which must be zero in the image)")
@@ -119,7 +126,11 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		FreshTarget:     *fresh,
 		NoDirect:        *noDirect,
 		OCIToken:        os.Getenv("BOOTY_OCI_TOKEN"),
+		AllowHTTP:       *insecureHTTP,
 		Log:             log,
+	}
+	if *insecureHTTP {
+		log.Warn("plain HTTP allowed (--insecure-http): the image may travel unencrypted")
 	}
 	if *caCert != "" {
 		pem, err := os.ReadFile(*caCert)

@@ -5,9 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -102,4 +105,45 @@ func TestUsageErrorsNameTheFlag(t *testing.T) {
 
 func writeImage(args []string, stderr *bytes.Buffer) int {
 	return runWriteImage(context.Background(), args, &bytes.Buffer{}, stderr)
+}
+
+// A plain http:// source needs --insecure-http: without it write-image
+// fails naming the URL and the flag, and the server is not asked; with it
+// the image is written and a warning says that http was allowed.
+func TestWriteImageInsecureHTTP(t *testing.T) {
+	img := bytes.Repeat([]byte("booty over http "), 100000)
+	sum := sha256.Sum256(img)
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Write(img)
+	}))
+	defer srv.Close()
+	target := filepath.Join(t.TempDir(), "target")
+	args := []string{"--source", srv.URL + "/img?sig=SECRET", "--target", target, "--image-checksum", "sha256:" + hex.EncodeToString(sum[:])}
+	var stdout, stderr bytes.Buffer
+	if code := runWriteImage(context.Background(), args, &stdout, &stderr); code != 1 {
+		t.Fatalf("without --insecure-http: exit %d, want 1\n%s", code, stderr.String())
+	}
+	for _, want := range []string{"--insecure-http", srv.Listener.Addr().String()} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if strings.Contains(stderr.String(), "SECRET") {
+		t.Errorf("stderr leaks the query:\n%s", stderr.String())
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("server asked %d times without the opt-in", n)
+	}
+	stderr.Reset()
+	if code := runWriteImage(context.Background(), append(args, "--insecure-http"), &stdout, &stderr); code != 0 {
+		t.Fatalf("with --insecure-http: exit %d\n%s", code, stderr.String())
+	}
+	if got, _ := os.ReadFile(target); !bytes.Equal(got, img) {
+		t.Error("target does not hold the image")
+	}
+	if strings.Count(stderr.String(), "plain HTTP allowed") != 1 {
+		t.Errorf("want one warning about plain HTTP:\n%s", stderr.String())
+	}
 }

@@ -39,6 +39,9 @@ type bootyFeatures struct {
 	FreshTarget bool `json:"fresh_target"`
 	NoDirect    bool `json:"no_direct"`
 	Bmap        bool `json:"bmap"`
+	// InsecureHTTP: the binary refuses plain http without --insecure-http
+	// (the bench serves the images over loopback http).
+	InsecureHTTP bool `json:"insecure_http"`
 }
 
 // benchImage is one image of hack/mkbenchimage.sh with its compressed forms.
@@ -92,6 +95,8 @@ func (b *bench) run(ctx context.Context) (err error) {
 		FreshTarget: strings.Contains(help, "--fresh-target"),
 		NoDirect:    strings.Contains(help, "--no-direct"),
 		Bmap:        strings.Contains(help, "--bmap"),
+
+		InsecureHTTP: strings.Contains(help, "--insecure-http"),
 	}
 	b.log.Info("booty under test", "binary", b.cfg.Booty, "features", fmt.Sprintf("%+v", b.features))
 
@@ -235,6 +240,9 @@ func (b *bench) jobs(im benchImage, dev string) []job {
 	}
 	booty := func(suf string, extra ...string) []string {
 		a := []string{b.cfg.Booty, "write-image", "--source", url(suf), "--target", dev}
+		if b.features.InsecureHTTP {
+			a = append(a, "--insecure-http")
+		}
 		if suf != "" && (b.cfg.BootyChecksum == "both" || b.cfg.BootyChecksum == "source") {
 			a = append(a, "--checksum", "sha256:"+im.Sums[im.file(suf)])
 		}

@@ -75,6 +75,7 @@ func New(sys *initsys.System) *Agent {
 		dm.BootDevices = bootDevices(log)
 		o := provision.NewOrchestrator(cfg, p, dm)
 		o.SetLogger(log)
+		o.SetAllowHTTP(a.Cmdline.Flag(config.CmdlineInsecureHTTP))
 		provision.SetDebugLogger(log)
 		return o
 	}
@@ -86,6 +87,9 @@ func New(sys *initsys.System) *Agent {
 // logged and reported; they choose the handoff through the failure policy.
 func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	hold := a.Cmdline.HoldRequested()
+	if a.Cmdline.Flag(config.CmdlineInsecureHTTP) {
+		a.Log.Warn("plain HTTP allowed by " + config.CmdlineInsecureHTTP + ": configs, images and the machine token may travel unencrypted")
+	}
 
 	netRes, err := a.network(ctx)
 	if err != nil {
@@ -190,7 +194,7 @@ func (a *Agent) withReporter(cfg *config.MachineConfig, p config.Provider, netRe
 		a.Log.Warn("config names a server but no MAC is known to report as; reports disabled")
 		return p
 	}
-	r, err := config.NewServerReporter(cfg.Server, mac)
+	r, err := config.NewServerReporter(cfg.Server, mac, a.Cmdline.Flag(config.CmdlineInsecureHTTP))
 	if err != nil {
 		a.Log.Warn("cannot report to the config's server", "error", err)
 		return p

@@ -163,3 +163,14 @@ func TestBadIPParamIsNotFatal(t *testing.T) {
 		t.Fatalf("bad ip= not named in log: %s", out)
 	}
 }
+
+// booty.insecure-http=1 is warned about once; without it nothing is said.
+func TestInsecureHTTPWarnedOnce(t *testing.T) {
+	for cmdline, want := range map[string]int{"booty.insecure-http=1": 1, "": 0, "booty.insecure-http=0": 0} {
+		a, out, _, _ := testAgent(t, cmdline, cfgWith(nil), nil, &fakePipeline{})
+		a.Run(context.Background())
+		if got := strings.Count(out.String(), "plain HTTP allowed"); got != want {
+			t.Errorf("cmdline %q: %d warnings, want %d:\n%s", cmdline, got, want, out.String())
+		}
+	}
+}

@@ -14,6 +14,9 @@ const (
 	KeyDebug   = "booty.debug"  // comma-separated debug options; "hold" holds the machine on failure
 	KeyIP      = "ip"           // dracut/kernel ip= network configuration
 	KeyConsole = "console"      // consoles, may repeat
+	// KeyInsecureHTTP=1 allows plain http:// URLs (booty.server=,
+	// booty.config=, image and report URLs); without it they are refused.
+	KeyInsecureHTTP = "booty.insecure-http"
 )
 
 // DefaultPath is where Read reads by default.

@@ -93,22 +93,25 @@ func WithMACs(f func() ([]string, error)) ChainOption { return func(o *chainOpti
 // ProvidersFromCmdline builds the provider order from the kernel command
 // line: booty.config= (when set), the config drive (labels BOOTY, config-2),
 // /deploy in the initramfs, and bootyd by MAC (when booty.server= is set).
+// Plain http:// URLs work only with booty.insecure-http=1 on the line.
 func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []Provider {
 	var o chainOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
+	allowHTTP := cl.Flag(CmdlineInsecureHTTP)
 	var ps []Provider
 	if src, ok := cl.Get(CmdlineConfig); ok && src != "" {
-		ps = append(ps, &URLProvider{Source: src, CACert: o.caCert, Client: o.client, Backoff: o.backoff, Log: o.log})
+		ps = append(ps, &URLProvider{Source: src, CACert: o.caCert, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP, Log: o.log})
 	}
 	ps = append(ps, &ConfigDriveProvider{
 		SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
 		Mount: o.mount, Unmount: o.unmount, Log: o.log,
 	})
-	ps = append(ps, &DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, Log: o.log})
+	ps = append(ps, &DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP, Log: o.log})
 	if srv, ok := cl.Get(CmdlineServer); ok && srv != "" {
-		ps = append(ps, &ServerProvider{URL: srv, CACert: o.caCert, Client: o.client, Backoff: o.backoff, SysRoot: o.sysRoot, MACs: o.macs, Log: o.log})
+		ps = append(ps, &ServerProvider{URL: srv, CACert: o.caCert, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP,
+			SysRoot: o.sysRoot, MACs: o.macs, Log: o.log})
 	}
 	return ps
 }

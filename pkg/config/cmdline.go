@@ -9,6 +9,8 @@ const (
 	CmdlineDebug   = cmdline.KeyDebug
 	CmdlineIP      = cmdline.KeyIP
 	CmdlineConsole = cmdline.KeyConsole
+	// CmdlineInsecureHTTP=1 is the operator's opt-in to plain http:// URLs.
+	CmdlineInsecureHTTP = cmdline.KeyInsecureHTTP
 )
 
 // DefaultCmdlinePath is where ReadCmdline reads by default.

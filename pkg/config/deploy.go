@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
 // DefaultDeployDir is where the initramfs carries a baked-in config.
@@ -40,9 +41,13 @@ type DeployDirProvider struct {
 	Client *http.Client
 	// Backoff bounds the retries of one report; zero is DefaultReportBackoff.
 	Backoff Backoff
-	Log     *slog.Logger
+	// AllowHTTP is the operator's opt-in to plain http:// report URLs
+	// (booty.insecure-http=1); without it such a report fails naming the URL.
+	AllowHTTP bool
+	Log       *slog.Logger
 
 	mu        sync.Mutex
+	client    *http.Client // Client made safe, or built
 	endpoints *VarsEndpoints
 	errorSent bool // a step failure went to ERROR_URL; the run's error is not sent again
 }
@@ -160,23 +165,25 @@ func (p *DeployDirProvider) ReportLogs(ctx context.Context, lines []api.LogLine)
 }
 
 func (p *DeployDirProvider) post(ctx context.Context, url, body, token string) error {
+	if err := httpfetch.CheckURL(url, p.AllowHTTP); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
 	p.mu.Lock()
-	if p.Client == nil {
-		c, err := newHTTPClient("", DefaultRequestTimeout)
+	if p.client == nil {
+		c, err := clientOr(p.Client, "", p.AllowHTTP)
 		if err != nil {
 			p.mu.Unlock()
 			return err
 		}
-		p.Client = c
+		p.client = c
 	}
-	client := p.Client
+	client := p.client
 	p.mu.Unlock()
 	b := p.Backoff
 	if b == (Backoff{}) {
 		b = DefaultReportBackoff
 	}
-	return retry(ctx, b, orDiscard(p.Log), "report", func(ctx context.Context) (bool, error) {
-		_, _, again, err := doOnce(ctx, client, http.MethodPost, url, "text/plain", []byte(body), token)
-		return again, err
-	})
+	_, err := fetch(ctx, client, b, p.Log, "report", httpfetch.Request{Method: http.MethodPost, URL: url,
+		Header: bearer(token, "text/plain"), Body: []byte(body)}, nil)
+	return err
 }

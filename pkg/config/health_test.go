@@ -53,7 +53,7 @@ health:
 // with the machine token, in their wire form.
 func TestServerProviderReportsHealth(t *testing.T) {
 	srv := newRecorder(t, nil)
-	r, err := NewServerReporter(ServerSpec{URL: srv.URL, Token: "tok"}, "52:54:00:aa:bb:01")
+	r, err := NewServerReporter(ServerSpec{URL: srv.URL, Token: "tok"}, "52:54:00:aa:bb:01", true)
 	if err != nil {
 		t.Fatal(err)
 	}

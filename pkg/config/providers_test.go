@@ -216,7 +216,7 @@ func TestChainEndToEnd(t *testing.T) {
 		http.NotFound(w, r)
 	})
 	fb := newFakeBlock(t)
-	cl := ParseCmdline("console=ttyS0 booty.server=" + srv.URL)
+	cl := ParseCmdline("console=ttyS0 booty.insecure-http=1 booty.server=" + srv.URL)
 	ps := ProvidersFromCmdline(cl, WithSysRoot(fb.sysRoot), WithDevRoot(fb.devRoot), WithDeployDir(t.TempDir()),
 		WithMACs(func() ([]string, error) { return []string{"52:54:00:00:00:01", "52:54:00:00:00:02"}, nil }),
 		WithBackoff(fastBackoff), WithLogger(testLogger(t)))
@@ -277,7 +277,7 @@ func TestURLProvider(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &URLProvider{Source: tt.src, Backoff: fastBackoff, Log: testLogger(t)}
+			p := &URLProvider{Source: tt.src, Backoff: fastBackoff, AllowHTTP: true, Log: testLogger(t)}
 			cfg, err := p.Load(context.Background())
 			if tt.rec != nil && len(tt.rec.requests()) != tt.wantReqs {
 				t.Errorf("%d requests, want %d", len(tt.rec.requests()), tt.wantReqs)
@@ -319,23 +319,10 @@ func TestURLProviderTLS(t *testing.T) {
 	}
 }
 
-func TestRetryStopsOnCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	n := 0
-	err := retry(ctx, Backoff{Attempts: 100, Initial: time.Hour}, discardLogger(), "x", func(context.Context) (bool, error) {
-		n++
-		cancel()
-		return true, errors.New("boom")
-	})
-	if n != 1 || err == nil || !errors.Is(err, context.Canceled) {
-		t.Errorf("n=%d err=%v", n, err)
-	}
-}
-
 func TestBackoffDelay(t *testing.T) {
 	b := Backoff{Attempts: 10, Initial: 100 * time.Millisecond, Max: time.Second}
 	for n, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 5: time.Second, 9: time.Second} {
-		d := b.delay(n)
+		d := b.Delay(n)
 		if d < want*8/10 || d > want*12/10 {
 			t.Errorf("delay(%d) = %v, want %v ±20%%", n, d, want)
 		}
@@ -399,7 +386,7 @@ func TestDeployDirReporting(t *testing.T) {
 	vars := strings.ReplaceAll(sampleVars, "http://192.0.2.1", srv.URL)
 	dir := tree(t, map[string]string{"vars": vars})
 	log, buf := logBuffer()
-	p := &DeployDirProvider{Dir: dir, Backoff: fastBackoff, Log: log}
+	p := &DeployDirProvider{Dir: dir, Backoff: fastBackoff, AllowHTTP: true, Log: log}
 	if _, err := p.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +433,7 @@ func TestServerProviderLoad(t *testing.T) {
 	macs := func() ([]string, error) { return []string{"52:54:00:aa:bb:01", "52:54:00:aa:bb:02"}, nil }
 	t.Run("all 404 is ErrNoConfig listing MACs", func(t *testing.T) {
 		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) { http.NotFound(w, r) })
-		_, err := (&ServerProvider{URL: srv.URL, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
+		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
 		if !errors.Is(err, ErrNoConfig) || !strings.Contains(err.Error(), "52:54:00:aa:bb:01, 52:54:00:aa:bb:02") {
 			t.Fatalf("err = %v", err)
 		}
@@ -463,7 +450,7 @@ func TestServerProviderLoad(t *testing.T) {
 		srv := httptest.NewServer(http.NotFoundHandler())
 		url := srv.URL
 		srv.Close()
-		_, err := (&ServerProvider{URL: url, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
+		_, err := (&ServerProvider{URL: url, AllowHTTP: true, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
 		if err == nil || errors.Is(err, ErrNoConfig) || !strings.Contains(err.Error(), "bootyd "+url) || !strings.Contains(err.Error(), "gave up after 3 attempts") {
 			t.Fatalf("err = %v", err)
 		}
@@ -472,7 +459,7 @@ func TestServerProviderLoad(t *testing.T) {
 		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
 			io.WriteString(w, "apiVersion: booty.dev/v1\nmode: deprovision\nhandoff: warp\n")
 		})
-		_, err := (&ServerProvider{URL: srv.URL, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
+		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
 		if err == nil || !strings.Contains(err.Error(), `handoff: unknown handoff "warp"`) {
 			t.Fatalf("err = %v", err)
 		}
@@ -484,7 +471,7 @@ func TestServerProviderLoad(t *testing.T) {
 			}
 		})
 		log, buf := logBuffer()
-		_, err := (&ServerProvider{URL: srv.URL, MACs: macs, Backoff: fastBackoff, Log: log}).Load(context.Background())
+		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff, Log: log}).Load(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "image.ur") {
 			t.Fatalf("err = %v", err)
 		}
@@ -506,7 +493,7 @@ func TestServerProviderLoad(t *testing.T) {
 		}
 	})
 	t.Run("no MACs", func(t *testing.T) {
-		_, err := (&ServerProvider{URL: "http://127.0.0.1:1", MACs: func() ([]string, error) { return nil, nil }}).Load(context.Background())
+		_, err := (&ServerProvider{URL: "http://127.0.0.1:1", AllowHTTP: true, MACs: func() ([]string, error) { return nil, nil }}).Load(context.Background())
 		if !errors.Is(err, ErrNoConfig) {
 			t.Fatalf("err = %v", err)
 		}
@@ -528,7 +515,7 @@ func TestServerProviderReports(t *testing.T) {
 		}
 	})
 	log, buf := logBuffer()
-	p := &ServerProvider{URL: srv.URL, Backoff: fastBackoff, Log: log,
+	p := &ServerProvider{URL: srv.URL, AllowHTTP: true, Backoff: fastBackoff, Log: log,
 		MACs: func() ([]string, error) { return []string{"52:54:00:aa:bb:01"}, nil }}
 	ctx := context.Background()
 	if _, _, err := LoadChain(ctx, log, p); err != nil {
@@ -587,7 +574,7 @@ func cfgOf(t *testing.T, url, token string) *MachineConfig {
 
 func TestNewServerReporter(t *testing.T) {
 	srv := newRecorder(t, nil)
-	r, err := NewServerReporter(ServerSpec{URL: srv.URL + "/", Token: "tok"}, "52:54:00:AA:BB:01")
+	r, err := NewServerReporter(ServerSpec{URL: srv.URL + "/", Token: "tok"}, "52:54:00:AA:BB:01", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +593,7 @@ func TestNewServerReporter(t *testing.T) {
 		{ServerSpec{URL: srv.URL}, "not-a-mac"},
 		{ServerSpec{URL: srv.URL, CACert: "junk"}, "52:54:00:aa:bb:01"},
 	} {
-		if _, err := NewServerReporter(bad.s, bad.mac); err == nil {
+		if _, err := NewServerReporter(bad.s, bad.mac, true); err == nil {
 			t.Errorf("NewServerReporter(%+v, %q) accepted", bad.s, bad.mac)
 		}
 	}
@@ -651,7 +638,7 @@ func TestPhysicalMACs(t *testing.T) {
 // the log shipper and the step runner do; run with -race.
 func TestServerReporterConcurrent(t *testing.T) {
 	srv := newRecorder(t, nil)
-	p := &ServerProvider{URL: srv.URL, Backoff: fastBackoff,
+	p := &ServerProvider{URL: srv.URL, AllowHTTP: true, Backoff: fastBackoff,
 		MACs: func() ([]string, error) { return []string{"52:54:00:aa:bb:01"}, nil }}
 	srv.handle = func(w http.ResponseWriter, r *http.Request, n int) {
 		if strings.HasSuffix(r.URL.Path, "/config") {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
 // ServerProvider asks bootyd for this machine's config by MAC address, and
@@ -40,6 +41,13 @@ type ServerProvider struct {
 	Client *http.Client
 	// Backoff bounds retries of one request; zero is DefaultBackoff.
 	Backoff Backoff
+	// AllowHTTP is the operator's opt-in to plain http:// for URL and the
+	// config's server.url (booty.insecure-http=1); without it Load fails
+	// naming the URL.
+	AllowHTTP bool
+	// IdleTimeout bounds the wait for headers and each read of an answer
+	// (default DefaultIdleTimeout).
+	IdleTimeout time.Duration
 	// MACs lists the machine's MAC addresses; nil is PhysicalMACs(SysRoot).
 	MACs func() ([]string, error)
 	// SysRoot is the sysfs root for the default MACs; default /sys.
@@ -62,21 +70,24 @@ func (p *ServerProvider) Name() string { return "bootyd " + redactURL(p.URL) }
 
 // NewServerReporter returns a reporter for the bootyd named by s, reporting
 // as mac, for a config that came from another provider. It fails when s.URL
-// is not an http(s) URL, mac is not a MAC address, or s.CACert holds no
-// certificate.
-func NewServerReporter(s ServerSpec, mac string) (*ServerProvider, error) {
+// is not an https URL (or http with allowHTTP, the operator's opt-in), mac
+// is not a MAC address, or s.CACert holds no certificate.
+func NewServerReporter(s ServerSpec, mac string, allowHTTP bool) (*ServerProvider, error) {
 	if msg := checkURL(s.URL, "http", "https"); msg != "" {
 		return nil, fmt.Errorf("server reporter: server.url: %s", msg)
+	}
+	if err := httpfetch.CheckURL(s.URL, allowHTTP); err != nil {
+		return nil, fmt.Errorf("server reporter: server.url: %w", err)
 	}
 	hw, err := net.ParseMAC(mac)
 	if err != nil {
 		return nil, fmt.Errorf("server reporter: mac %q: %w", mac, err)
 	}
-	client, err := newHTTPClient(s.CACert, DefaultRequestTimeout)
+	client, err := newHTTPClient(s.CACert, DefaultRequestTimeout, allowHTTP)
 	if err != nil {
 		return nil, fmt.Errorf("server reporter: %w", err)
 	}
-	p := &ServerProvider{URL: s.URL, CACert: s.CACert, Client: client}
+	p := &ServerProvider{URL: s.URL, CACert: s.CACert, Client: client, AllowHTTP: allowHTTP}
 	p.rep = reportTarget{base: s.URL, mac: hw.String(), token: s.Token}
 	p.ready = true
 	return p, nil
@@ -93,9 +104,9 @@ func (p *ServerProvider) client() (*http.Client, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.Client != nil {
-		return p.Client, nil
+		return httpfetch.Secure(p.Client, p.AllowHTTP), nil
 	}
-	c, err := newHTTPClient(p.CACert, DefaultRequestTimeout)
+	c, err := newHTTPClient(p.CACert, DefaultRequestTimeout, p.AllowHTTP)
 	if err != nil {
 		return nil, fmt.Errorf("bootyd %s: %w", redactURL(p.URL), err)
 	}
@@ -107,6 +118,9 @@ func (p *ServerProvider) client() (*http.Client, error) {
 func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
 	if msg := checkURL(p.URL, "http", "https"); msg != "" {
 		return nil, fmt.Errorf("%s=%q: %s", CmdlineServer, redactURL(p.URL), msg)
+	}
+	if err := httpfetch.CheckURL(p.URL, p.AllowHTTP); err != nil {
+		return nil, fmt.Errorf("%s: %w", CmdlineServer, err)
 	}
 	macsFn := p.MACs
 	if macsFn == nil {
@@ -126,20 +140,13 @@ func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
 	log := orDiscard(p.Log)
 	for _, mac := range macs {
 		u := machineURL(p.URL, mac, "config")
-		var data []byte
-		var code int
-		err := retry(ctx, p.Backoff, log, "fetch config from bootyd", func(ctx context.Context) (bool, error) {
-			d, c, again, err := doOnce(ctx, client, http.MethodGet, u, "", nil, "")
-			data, code = d, c
-			if c == http.StatusNotFound {
-				return false, nil
-			}
-			return again, err
-		})
+		resp, err := fetch(ctx, client, p.Backoff, log, "fetch config from bootyd", httpfetch.Request{URL: u, Idle: p.IdleTimeout},
+			func(code int) bool { return code == http.StatusNotFound })
 		if err != nil {
 			return nil, fmt.Errorf("fetch config from bootyd %s for %s: %w", redactURL(p.URL), mac, err)
 		}
-		if code == http.StatusNotFound {
+		data := resp.Body
+		if resp.Code == http.StatusNotFound {
 			log.Debug("bootyd has no config for MAC", "mac", mac)
 			continue
 		}
@@ -152,10 +159,15 @@ func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
 		t := reportTarget{base: p.URL, mac: mac, token: cfg.Server.Token}
 		if cfg.Server.URL != "" {
 			t.base = cfg.Server.URL
+			if err := httpfetch.CheckURL(t.base, p.AllowHTTP); err != nil {
+				err = fmt.Errorf("config from bootyd %s for %s: server.url: %w", redactURL(p.URL), mac, err)
+				p.reportBadConfig(ctx, data, mac, err)
+				return nil, err
+			}
 		}
 		if cfg.Server.CACert != "" {
 			// The config names its own trust for its server.
-			if t.client, err = newHTTPClient(cfg.Server.CACert, DefaultRequestTimeout); err != nil {
+			if t.client, err = newHTTPClient(cfg.Server.CACert, DefaultRequestTimeout, p.AllowHTTP); err != nil {
 				return nil, fmt.Errorf("config from bootyd %s for %s: server.caCert: %w", redactURL(p.URL), mac, err)
 			}
 		}
@@ -240,10 +252,8 @@ func (p *ServerProvider) report(ctx context.Context, what string, v any) error {
 	if b == (Backoff{}) {
 		b = DefaultReportBackoff
 	}
-	err = retry(ctx, b, orDiscard(p.Log), "report "+what, func(ctx context.Context) (bool, error) {
-		_, _, again, err := doOnce(ctx, client, http.MethodPost, u, "application/json", body, t.token)
-		return again, err
-	})
+	_, err = fetch(ctx, client, b, p.Log, "report "+what, httpfetch.Request{Method: http.MethodPost, URL: u,
+		Header: bearer(t.token, "application/json"), Body: body, Idle: p.IdleTimeout}, nil)
 	if err != nil {
 		return fmt.Errorf("report %s: %w", what, err)
 	}

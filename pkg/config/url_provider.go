@@ -8,6 +8,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
 // URLProvider loads the config named on the kernel command line by
@@ -23,8 +26,14 @@ type URLProvider struct {
 	CACert string
 	// Client sends the request; nil builds one with DefaultRequestTimeout and CACert.
 	Client *http.Client
-	// Backoff bounds retries of transport errors and 408/429/5xx answers.
+	// Backoff bounds retries of transport errors, stalls and 408/429/5xx answers.
 	Backoff Backoff
+	// AllowHTTP is the operator's opt-in to a plain http:// Source
+	// (booty.insecure-http=1); without it such a Source fails naming it.
+	AllowHTTP bool
+	// IdleTimeout bounds the wait for headers and each read of the answer
+	// (default DefaultIdleTimeout).
+	IdleTimeout time.Duration
 	// ReadFile reads file sources; nil is os.ReadFile.
 	ReadFile func(name string) ([]byte, error)
 	// Log receives retries; nil discards.
@@ -74,23 +83,18 @@ func (p *URLProvider) fetch(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%s=%q: scheme %q not supported, want http, https, file or an absolute path", CmdlineConfig, redactURL(src), u.Scheme)
 	}
 
-	client := p.Client
-	if client == nil {
-		client, err = newHTTPClient(p.CACert, DefaultRequestTimeout)
-		if err != nil {
-			return nil, fmt.Errorf("config from %s: %w", redactURL(src), err)
-		}
+	if err := httpfetch.CheckURL(src, p.AllowHTTP); err != nil {
+		return nil, fmt.Errorf("%s: %w", CmdlineConfig, err)
 	}
-	var data []byte
-	err = retry(ctx, p.Backoff, orDiscard(p.Log), "fetch config", func(ctx context.Context) (bool, error) {
-		d, _, again, err := doOnce(ctx, client, http.MethodGet, src, "", nil, "")
-		data = d
-		return again, err
-	})
+	client, err := clientOr(p.Client, p.CACert, p.AllowHTTP)
+	if err != nil {
+		return nil, fmt.Errorf("config from %s: %w", redactURL(src), err)
+	}
+	resp, err := fetch(ctx, client, p.Backoff, p.Log, "fetch config", httpfetch.Request{URL: src, Idle: p.IdleTimeout}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fetch config: %w", err)
 	}
-	return data, nil
+	return resp.Body, nil
 }
 
 // readLimited reads a config file, refusing one over MaxConfigSize.

@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -290,29 +291,34 @@ func checkImageURL(s string) string {
 func checkURL(s string, schemes ...string) string {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Sprintf("not a URL: %v", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the URL with its secrets
+		}
+		return fmt.Sprintf("%q is not a URL: %v", redactURL(s), err)
 	}
+	shown := redactURL(s) // never a password or query in an error
 	ok := false
 	for _, sc := range schemes {
 		ok = ok || u.Scheme == sc
 	}
 	if !ok {
-		return fmt.Sprintf("scheme %q not supported in %q, want %s", u.Scheme, s, strings.Join(schemes, ", "))
+		return fmt.Sprintf("scheme %q not supported in %q, want %s", u.Scheme, shown, strings.Join(schemes, ", "))
 	}
 	switch u.Scheme {
 	case "http", "https":
 		if u.Host == "" {
-			return fmt.Sprintf("%q has no host", s)
+			return fmt.Sprintf("%q has no host", shown)
 		}
 		if u.User != nil {
-			return fmt.Sprintf("%q carries credentials in the URL; use server.token instead", u.Redacted())
+			return fmt.Sprintf("%q carries credentials in the URL; use server.token instead", shown)
 		}
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return fmt.Sprintf("%q: a file URL has no host, want file:///path", s)
+			return fmt.Sprintf("%q: a file URL has no host, want file:///path", shown)
 		}
 		if !strings.HasPrefix(u.Path, "/") || len(u.Path) < 2 {
-			return fmt.Sprintf("%q: want file:///absolute/path", s)
+			return fmt.Sprintf("%q: want file:///absolute/path", shown)
 		}
 	}
 	return ""

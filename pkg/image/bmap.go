@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/booty-dev/booty/pkg/httpfetch"
 	"github.com/booty-dev/booty/pkg/redact"
 )
 
@@ -69,7 +70,7 @@ func firstNonZero(b []byte) int {
 func loadBmap(ctx context.Context, o *Options) (*bmap, error) {
 	data, err := fetchSmall(ctx, o, o.Bmap, maxBmapSize)
 	if err != nil {
-		return nil, fmt.Errorf("read bmap %s: %w: %w", o.Bmap, ErrBadBmap, err)
+		return nil, fmt.Errorf("read bmap %s: %w: %w", redact.URL(o.Bmap), ErrBadBmap, err)
 	}
 	if o.BmapChecksum != "" {
 		want, err := parseChecksum(o.BmapChecksum)
@@ -84,35 +85,32 @@ func loadBmap(ctx context.Context, o *Options) (*bmap, error) {
 	}
 	b, err := parseBmap(data)
 	if err != nil {
-		return nil, fmt.Errorf("parse bmap %s: %w", o.Bmap, err)
+		return nil, fmt.Errorf("parse bmap %s: %w", redact.URL(o.Bmap), err)
 	}
-	o.Log.Info("bmap loaded", "bmap", o.Bmap, "version", b.Version, "image_size", b.ImageSize,
+	o.Log.Info("bmap loaded", "bmap", redact.URL(o.Bmap), "version", b.Version, "image_size", b.ImageSize,
 		"mapped_bytes", b.MappedBlocks*b.BlockSize, "ranges", len(b.Ranges), "checksum", b.ChecksumType)
 	return b, nil
 }
 
 // fetchSmall reads a whole small file from an http(s) or file URL or a
-// path, at most limit bytes.
+// path, at most limit bytes. An http(s) fetch is checked against
+// o.AllowHTTP, bounded by o.IdleTimeout on every read and retried as
+// fetch does.
 func fetchSmall(ctx context.Context, o *Options, src string, limit int64) ([]byte, error) {
 	u, err := url.Parse(src)
 	if err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		if err := httpfetch.CheckURL(src, o.AllowHTTP); err != nil {
+			return nil, err
+		}
 		c, err := httpClient(o)
 		if err != nil {
 			return nil, err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
+		resp, err := o.fetch(ctx, c, "fetch "+redact.URL(src), httpfetch.Request{URL: src, Limit: limit}, nil)
 		if err != nil {
 			return nil, err
 		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, &statusError{name: redactURL(u), code: resp.StatusCode, msg: http.StatusText(resp.StatusCode)}
-		}
-		return readLimited(resp.Body, limit)
+		return resp.Body, nil
 	}
 	path := src
 	if err == nil && u.Scheme == "file" {
@@ -124,6 +122,13 @@ func fetchSmall(ctx context.Context, o *Options, src string, limit int64) ([]byt
 	}
 	defer f.Close()
 	return readLimited(f, limit)
+}
+
+// fetch is httpfetch.Fetch with o's retry bounds (a small document starts
+// over at each attempt: no progress rule) and o.IdleTimeout on every read.
+func (o *Options) fetch(ctx context.Context, c *http.Client, op string, r httpfetch.Request, accept func(code int) bool) (*httpfetch.Response, error) {
+	r.Idle = o.IdleTimeout
+	return httpfetch.Fetch(ctx, c, o.retries(false), o.Log, op, r, accept)
 }
 
 func readLimited(r io.Reader, limit int64) ([]byte, error) {

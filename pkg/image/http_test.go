@@ -112,7 +112,7 @@ func (c *cutWriter) Write(p []byte) (int, error) {
 }
 
 func httpOpts(t *testing.T, url string) Options {
-	return Options{Source: url, Target: filepath.Join(t.TempDir(), "out"), RetryBackoff: 10 * time.Millisecond, IdleTimeout: 2 * time.Second, HeaderTimeout: 2 * time.Second, Log: testLog(t)}
+	return Options{Source: url, Target: filepath.Join(t.TempDir(), "out"), AllowHTTP: true, RetryBackoff: 10 * time.Millisecond, IdleTimeout: 2 * time.Second, HeaderTimeout: 2 * time.Second, Log: testLog(t)}
 }
 
 func TestHTTPResume(t *testing.T) {

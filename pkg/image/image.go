@@ -97,6 +97,12 @@ type Options struct {
 	// CACert is a PEM bundle trusted for https sources; nil means the
 	// system pool. Ignored when HTTPClient is set.
 	CACert []byte
+	// AllowHTTP is the operator's opt-in to plain http:// (and oci+http://)
+	// for the source, the bmap and registry tokens (booty.insecure-http=1,
+	// write-image --insecure-http). Without it such a URL fails with
+	// httpfetch.ErrInsecureHTTP naming it; with it, redirects still never
+	// go from https to http.
+	AllowHTTP bool
 	// HTTPClient replaces the client Write builds (CACert and the connect
 	// and header timeouts then do not apply; IdleTimeout still does).
 	HTTPClient *http.Client
@@ -105,10 +111,12 @@ type Options struct {
 	// HeaderTimeout bounds the wait for response headers (default 30 s).
 	HeaderTimeout time.Duration
 	// IdleTimeout is how long a download may stall before the connection
-	// is dropped and resumed (default 60 s).
+	// is dropped and resumed (default 60 s); it also bounds every read of
+	// the bmap, OCI manifest and token fetches.
 	IdleTimeout time.Duration
-	// Retries bounds consecutive failed attempts without progress
-	// (default 5; negative means none).
+	// Retries bounds consecutive failed attempts (default 5; negative means
+	// none). An interrupted download attempt that brought less than 1 MiB
+	// or 1% of the file counts as failed; see httpfetch.Backoff.
 	Retries int
 	// RetryBackoff is the first wait between attempts, doubled each time up
 	// to 30 s (default 1 s).

@@ -10,6 +10,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/httpfetch"
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // OCI media types Write accepts for the manifest of an oci:// source.
@@ -104,7 +107,8 @@ func openOCI(ctx context.Context, o *Options, u *url.URL) (source, error) {
 		return nil, fmt.Errorf("open blob of %s: %w: %w", name, ErrBadSource, err)
 	}
 	// A blob is content-addressed: the digest guards a resume, and the
-	// bearer token must come along (Go drops it on redirects to other hosts).
+	// bearer token must come along (httpfetch.CheckRedirect drops it on a
+	// redirect to another host or port, such as a CDN).
 	s := &httpSource{ctx: ctx, o: o, client: c, u: bu, name: name + " blob " + layer.Digest, log: o.Log, size: -1,
 		digest: digest, header: r.authHeader()}
 	s, err = startHTTP(s)
@@ -153,37 +157,33 @@ func (r *registry) authHeader() http.Header {
 	return h
 }
 
-// get fetches a small document, answering one Bearer challenge.
+// get fetches a small document, answering one Bearer challenge; each
+// request is retried and idle-bounded as Options.fetch does.
 func (r *registry) get(ctx context.Context, path, accept string) ([]byte, error) {
-	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+path, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadSource, err)
-		}
-		req.Header = r.authHeader()
-		req.Header.Set("Accept", accept)
-		resp, err := r.client.Do(req)
+	challenged := false
+	for {
+		h := r.authHeader()
+		h.Set("Accept", accept)
+		resp, err := r.o.fetch(ctx, r.client, "fetch "+r.base+path, httpfetch.Request{URL: r.base + path, Header: h, Limit: maxManifestSize},
+			func(code int) bool { return code == http.StatusUnauthorized && !challenged })
 		if err != nil {
 			return nil, err
 		}
-		if resp.StatusCode == http.StatusUnauthorized && attempt == 0 {
-			chal := resp.Header.Get("WWW-Authenticate")
-			resp.Body.Close()
-			if err := r.authorize(ctx, chal); err != nil {
+		if resp.Code == http.StatusUnauthorized {
+			challenged = true
+			if err := r.authorize(ctx, resp.Header.Get("WWW-Authenticate")); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, &statusError{name: r.base + path, code: resp.StatusCode, msg: http.StatusText(resp.StatusCode)}
-		}
-		return readLimited(resp.Body, maxManifestSize)
+		return resp.Body, nil
 	}
 }
 
 // authorize answers a "Bearer realm=...,service=...,scope=..." challenge
-// by fetching a token from the realm.
+// by fetching a token from the realm. The realm must be https, or http
+// only for a plain-HTTP registry with Options.AllowHTTP: credentials never
+// travel in clear from an https registry.
 func (r *registry) authorize(ctx context.Context, challenge string) error {
 	scheme, params, _ := strings.Cut(challenge, " ")
 	if !strings.EqualFold(scheme, "Bearer") {
@@ -192,7 +192,10 @@ func (r *registry) authorize(ctx context.Context, challenge string) error {
 	p := parseChallenge(params)
 	realm, err := url.Parse(p["realm"])
 	if err != nil || p["realm"] == "" || (realm.Scheme != "https" && realm.Scheme != "http") {
-		return fmt.Errorf("registry %s: bad token realm %q: %w", r.base, p["realm"], ErrBadSource)
+		return fmt.Errorf("registry %s: bad token realm %q: %w", r.base, redact.URL(p["realm"]), ErrBadSource)
+	}
+	if err := httpfetch.CheckURL(realm.String(), r.o.AllowHTTP && strings.HasPrefix(r.base, "http:")); err != nil {
+		return fmt.Errorf("registry %s: token realm: %w: %w", r.base, err, ErrBadSource)
 	}
 	q := realm.Query()
 	if v := p["service"]; v != "" {
@@ -204,30 +207,20 @@ func (r *registry) authorize(ctx context.Context, challenge string) error {
 	}
 	q.Set("scope", scope)
 	realm.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, realm.String(), nil)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadSource, err)
-	}
+	h := http.Header{}
 	if r.o.OCIUsername != "" || r.o.OCIPassword != "" {
+		req := http.Request{Header: h}
 		req.SetBasicAuth(r.o.OCIUsername, r.o.OCIPassword)
 	}
-	resp, err := r.client.Do(req)
+	resp, err := r.o.fetch(ctx, r.client, "fetch registry token", httpfetch.Request{URL: realm.String(), Header: h, Limit: 1 << 20}, nil)
 	if err != nil {
 		return fmt.Errorf("fetch registry token from %s: %w", redactURL(realm), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("fetch registry token from %s: %w", redactURL(realm), &statusError{name: redactURL(realm), code: resp.StatusCode, msg: http.StatusText(resp.StatusCode)})
 	}
 	var tok struct {
 		Token       string `json:"token"`
 		AccessToken string `json:"access_token"`
 	}
-	body, err := readLimited(resp.Body, 1<<20)
-	if err == nil {
-		err = json.Unmarshal(body, &tok)
-	}
-	if err != nil {
+	if err := json.Unmarshal(resp.Body, &tok); err != nil {
 		return fmt.Errorf("read registry token from %s: %w", redactURL(realm), err)
 	}
 	r.token = tok.Token

@@ -55,7 +55,7 @@ func TestWriteZstdOverrunNoPanic(t *testing.T) {
 	for i := range 20 {
 		dst := filepath.Join(t.TempDir(), "target.img")
 		_, err := Write(context.Background(), Options{
-			Source: src, ImageChecksum: sha(img), Target: dst, TargetSize: 64 * mib, Log: testLog(t),
+			Source: src, ImageChecksum: sha(img), Target: dst, TargetSize: 64 * mib, AllowHTTP: true, Log: testLog(t),
 		})
 		if !errors.Is(err, ErrTargetTooSmall) {
 			t.Fatalf("run %d: Write = %v, want ErrTargetTooSmall", i, err)
@@ -143,7 +143,7 @@ func TestWriteClosesDecoderAfterStages(t *testing.T) {
 	defer func() { openDecoder = old }()
 	for i := range 5 {
 		_, err := Write(context.Background(), Options{
-			Source: srv.URL + "/img.zst", ImageChecksum: sha(img), Target: filepath.Join(t.TempDir(), "t"), TargetSize: 16 * mib, Log: testLog(t),
+			Source: srv.URL + "/img.zst", ImageChecksum: sha(img), Target: filepath.Join(t.TempDir(), "t"), TargetSize: 16 * mib, AllowHTTP: true, Log: testLog(t),
 		})
 		if !errors.Is(err, ErrTargetTooSmall) {
 			t.Fatalf("run %d: Write = %v, want ErrTargetTooSmall", i, err)

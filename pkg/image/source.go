@@ -2,13 +2,10 @@ package image
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/booty-dev/booty/pkg/httpfetch"
 	"github.com/booty-dev/booty/pkg/redact"
 )
 
@@ -33,10 +31,17 @@ type source interface {
 }
 
 // openSource opens opts.Source: http(s) URLs through an HTTP client with
-// timeouts and resume, file:// URLs and plain paths as files.
+// timeouts and resume, file:// URLs and plain paths as files. Plain http
+// (and oci+http) fails with httpfetch.ErrInsecureHTTP unless o.AllowHTTP.
 func openSource(ctx context.Context, o *Options) (source, error) {
 	u, err := url.Parse(o.Source)
 	if err == nil {
+		switch strings.ToLower(u.Scheme) {
+		case "http", "https", "oci+http":
+			if err := httpfetch.CheckURL(o.Source, o.AllowHTTP); err != nil {
+				return nil, fmt.Errorf("open source: %w: %w", ErrBadSource, err)
+			}
+		}
 		switch strings.ToLower(u.Scheme) {
 		case "http", "https":
 			return openHTTP(ctx, o, u)
@@ -98,35 +103,41 @@ func (f *fileSource) ReadRange(_ context.Context, off, n int64) ([]byte, error) 
 
 // httpClient returns o.HTTPClient or a client that trusts o.CACert (or the
 // system pool), with connect, TLS and header timeouts, and no transparent
-// decompression (the source digest is over the bytes as served).
+// decompression (the source digest is over the bytes as served); either
+// way its redirects are policed by httpfetch.CheckRedirect (bounded, never
+// https to http, plain http only with o.AllowHTTP, no credentials to
+// another host).
 func httpClient(o *Options) (*http.Client, error) {
 	if o.HTTPClient != nil {
-		return o.HTTPClient, nil
+		return httpfetch.Secure(o.HTTPClient, o.AllowHTTP), nil
 	}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
-	if o.CACert != nil {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(o.CACert) {
-			return nil, fmt.Errorf("load CA certificate: no PEM certificate found: %w", ErrBadSource)
-		}
-		tlsConf.RootCAs = pool
+	c, err := httpfetch.NewClient(httpfetch.ClientOptions{CACert: o.CACert, AllowHTTP: o.AllowHTTP,
+		ConnectTimeout: o.ConnectTimeout, HeaderTimeout: o.HeaderTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, ErrBadSource)
 	}
-	dialer := &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
-		TLSClientConfig:       tlsConf,
-		TLSHandshakeTimeout:   o.ConnectTimeout,
-		ResponseHeaderTimeout: o.HeaderTimeout,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     true,
-		IdleConnTimeout:       90 * time.Second,
-	}}, nil
+	return c, nil
 }
 
 // errIdle is the cause set on an attempt's context when no byte arrived for
 // Options.IdleTimeout (or no headers for Options.HeaderTimeout).
-var errIdle = errors.New("no data within timeout")
+var errIdle = httpfetch.ErrIdle
+
+// retries is the retry bound of o's fetches: Retries failures after the
+// first attempt, waits from RetryBackoff up to 30 s; for a resumable
+// download an attempt that moved at least 1 MiB and 1% of the file is
+// progress (see httpfetch.Backoff), one that moved less is a failure.
+func (o *Options) retries(resumable bool) httpfetch.Backoff {
+	b := httpfetch.Backoff{Attempts: o.Retries + 1, Initial: o.RetryBackoff, Max: 30 * time.Second}
+	if resumable {
+		b.MinProgress, b.MinProgressFraction = minProgress, 0.01
+	}
+	return b
+}
+
+// minProgress is the least an interrupted download attempt must bring to
+// count as progress rather than as a failure.
+const minProgress = 1 << 20
 
 // httpSource streams one URL. When the connection breaks it reconnects with
 // "Range: bytes=OFF-" guarded by "If-Range" (strong ETag, else
@@ -154,9 +165,9 @@ type httpSource struct {
 	lastMod  string
 	answered bool // the first request got its 200
 	eof      bool // the whole file was read
-	failures int  // consecutive failed attempts without progress
+	retry    *httpfetch.Retrier
+	startOff int64 // s.off when the current attempt started
 	resumes  int
-	lastErr  error
 	digest   checksum    // set for OCI blobs
 	header   http.Header // extra request headers (registry auth)
 }
@@ -169,6 +180,13 @@ func openHTTP(ctx context.Context, o *Options, u *url.URL) (*httpSource, error) 
 	return startHTTP(&httpSource{ctx: ctx, o: o, client: c, u: u, name: redactURL(u), log: o.Log, size: -1})
 }
 
+func (s *httpSource) retrier() *httpfetch.Retrier {
+	if s.retry == nil {
+		s.retry = &httpfetch.Retrier{Backoff: s.o.retries(true), Log: s.log.With("url", s.name), Op: "download image"}
+	}
+	return s.retry
+}
+
 // startHTTP makes the first request of s, retrying as Read does.
 func startHTTP(s *httpSource) (*httpSource, error) {
 	for {
@@ -176,71 +194,46 @@ func startHTTP(s *httpSource) (*httpSource, error) {
 		if err == nil {
 			return s, nil
 		}
-		if !retryable(err) {
-			return nil, err
-		}
 		if err := s.backoff(err); err != nil {
 			return nil, err
 		}
 	}
 }
 
-// retryable tells whether err is worth another attempt: network errors,
-// timeouts and 5xx/429 answers are; 4xx, changed sources and cancellation
-// are not.
+// retryable tells whether err is worth another attempt: see
+// httpfetch.Retryable; a changed source or a bad source option is not.
 func retryable(err error) bool {
-	var se *statusError
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errIdle):
-		return false
-	case errors.Is(err, ErrSourceChanged), errors.Is(err, ErrBadSource):
-		return false
-	case errors.As(err, new(*tls.CertificateVerificationError)), errors.As(err, new(x509.UnknownAuthorityError)),
-		errors.As(err, new(x509.HostnameError)), errors.As(err, new(x509.CertificateInvalidError)):
-		return false
-	case errors.As(err, &se):
-		return se.code >= 500 || se.code == http.StatusTooManyRequests || se.code == http.StatusRequestTimeout
-	}
-	return true
+	return !errors.Is(err, ErrSourceChanged) && !errors.Is(err, ErrBadSource) && httpfetch.Retryable(err)
 }
 
-type statusError struct {
-	name string
-	code int
-	msg  string
+// statusError is the error of a non-2xx answer to a GET of name.
+func statusError(name string, code int) error {
+	return &httpfetch.StatusError{Method: http.MethodGet, URL: name, Code: code}
 }
 
-func (e *statusError) Error() string {
-	return fmt.Sprintf("fetch %s: server answered %d %s", e.name, e.code, e.msg)
-}
-
-// backoff counts a failed attempt, gives up after Options.Retries
-// consecutive failures, and otherwise sleeps 1, 2, 4 … times
-// Options.RetryBackoff (at most 30 s) or until the context ends.
+// backoff ends the current attempt, which failed with err: an error that is
+// not retryable ends the download; otherwise the Retrier counts it (an
+// attempt that moved less than the minimum progress is a failure), gives up
+// after Options.Retries failures in a row or the overall bound, and waits
+// with growing, jittered delays until the context ends.
 func (s *httpSource) backoff(err error) error {
-	s.failures++
-	s.lastErr = err
-	if s.failures > s.o.Retries {
-		return fmt.Errorf("fetch %s: giving up after %d attempts at offset %d: %w", s.name, s.failures, s.off, err)
+	if !retryable(err) {
+		return err
 	}
-	d := s.o.RetryBackoff << (s.failures - 1)
-	if d > 30*time.Second || d <= 0 {
-		d = 30 * time.Second
+	r := s.retrier()
+	if err := r.Retry(s.ctx, s.off-s.startOff, s.size, err); err != nil {
+		if s.ctx.Err() != nil {
+			return fmt.Errorf("fetch %s: %w", s.name, context.Cause(s.ctx))
+		}
+		return fmt.Errorf("fetch %s at offset %d: %w", s.name, s.off, err)
 	}
-	s.log.Warn("image download interrupted, retrying", "url", s.name, "offset", s.off, "attempt", s.failures, "wait", d, "err", err)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.ctx.Done():
-		return fmt.Errorf("fetch %s: %w", s.name, context.Cause(s.ctx))
-	case <-t.C:
-		return nil
-	}
+	return nil
 }
 
 // connect starts one attempt at s.off: a plain GET at offset 0, a guarded
 // range request after that.
 func (s *httpSource) connect() error {
+	s.startOff = s.off
 	actx, cancel := context.WithCancelCause(s.ctx)
 	timer := time.AfterFunc(s.o.HeaderTimeout, func() { cancel(errIdle) })
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, s.u.String(), nil)
@@ -269,7 +262,7 @@ func (s *httpSource) connect() error {
 			req.Header.Set("If-Range", validator)
 		}
 	}
-	resp, err := s.client.Do(req)
+	resp, err := httpfetch.Send(s.client, req)
 	if err != nil {
 		timer.Stop()
 		cause := context.Cause(actx)
@@ -287,7 +280,7 @@ func (s *httpSource) connect() error {
 	}
 	if !resuming {
 		if resp.StatusCode != http.StatusOK {
-			return fail(&statusError{name: s.name, code: resp.StatusCode, msg: http.StatusText(resp.StatusCode)})
+			return fail(statusError(s.name, resp.StatusCode))
 		}
 		etag := resp.Header.Get("ETag")
 		if s.answered {
@@ -316,7 +309,7 @@ func (s *httpSource) connect() error {
 			}
 			return fail(fmt.Errorf("resume %s at offset %d: server ignored the range request and sent the whole file: %w", s.name, s.off, ErrSourceChanged))
 		default:
-			return fail(&statusError{name: s.name, code: resp.StatusCode, msg: http.StatusText(resp.StatusCode)})
+			return fail(statusError(s.name, resp.StatusCode))
 		}
 		start, total, err := parseContentRange(resp.Header.Get("Content-Range"))
 		if err != nil || start != s.off || (s.size >= 0 && total >= 0 && total != s.size) {
@@ -378,9 +371,6 @@ func (s *httpSource) Read(p []byte) (int, error) {
 	for {
 		if s.body == nil {
 			if err := s.connect(); err != nil {
-				if !retryable(err) {
-					return 0, err
-				}
 				if err := s.backoff(err); err != nil {
 					return 0, err
 				}
@@ -393,9 +383,6 @@ func (s *httpSource) Read(p []byte) (int, error) {
 		n, err := s.body.Read(p)
 		s.timer.Stop()
 		s.off += int64(n)
-		if n > 0 {
-			s.failures = 0
-		}
 		if err == nil {
 			return n, nil
 		}
@@ -415,12 +402,13 @@ func (s *httpSource) Read(p []byte) (int, error) {
 			return n, fmt.Errorf("fetch %s: %w", s.name, context.Cause(s.ctx))
 		}
 		err = fmt.Errorf("read %s at offset %d: %w", s.name, s.off, err)
-		if n > 0 {
-			s.lastErr = err
-			return n, nil
-		}
+		// Every broken attempt goes through the Retrier, also one that
+		// brought bytes: a server that sends a byte per connection ends.
 		if err := s.backoff(err); err != nil {
-			return 0, err
+			return n, err
+		}
+		if n > 0 {
+			return n, nil
 		}
 	}
 }
@@ -453,7 +441,7 @@ func (s *httpSource) ReadRange(ctx context.Context, off, n int64) ([]byte, error
 	} else if s.lastMod != "" {
 		req.Header.Set("If-Range", s.lastMod)
 	}
-	resp, err := s.client.Do(req)
+	resp, err := httpfetch.Send(s.client, req)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s range %d+%d: %w", s.name, off, n, err)
 	}

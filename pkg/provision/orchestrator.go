@@ -59,6 +59,7 @@ type Orchestrator struct {
 	kexec           *KexecEntry
 	detail          map[string]string
 	firmwareChanged bool
+	allowHTTP       bool // the operator's opt-in to plain http image URLs
 
 	// Seams, set to the real implementations by NewOrchestrator.
 	now            func() time.Time
@@ -144,6 +145,11 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 	o.zeroEnds = func(path string) error { return o.disks.ZeroEnds(path) }
 	return o
 }
+
+// SetAllowHTTP passes the operator's opt-in to plain http:// image and
+// bmap URLs (kernel parameter booty.insecure-http=1) to the image writer;
+// without it such URLs fail the write-image step before anything is written.
+func (o *Orchestrator) SetAllowHTTP(allow bool) { o.allowHTTP = allow }
 
 // SetLogger routes the orchestrator's logs to l.
 func (o *Orchestrator) SetLogger(l *slog.Logger) {

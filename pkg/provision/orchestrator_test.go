@@ -188,6 +188,13 @@ func TestProvisionReportsEveryStep(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
+	if got.AllowHTTP {
+		t.Error("plain http allowed without SetAllowHTTP (booty.insecure-http=1)")
+	}
+	o.SetAllowHTTP(true)
+	if err := o.stepWriteImage(context.Background()); err != nil || !got.AllowHTTP {
+		t.Errorf("SetAllowHTTP(true) did not reach the image writer (err %v)", err)
+	}
 }
 
 func TestProvisionFailureNamesStepAndStops(t *testing.T) {

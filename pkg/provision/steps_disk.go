@@ -47,6 +47,7 @@ func (o *Orchestrator) stepWriteImage(ctx context.Context) error {
 		BmapChecksum:  o.cfg.Image.BmapChecksum,
 		Target:        t.Path,
 		CACert:        ca,
+		AllowHTTP:     o.allowHTTP,
 		Log:           o.log.With("step", StepWriteImage),
 		Progress: func(p image.Progress) {
 			o.reportProgress(ctx, api.ProgressReport{Step: StepWriteImage, BytesDone: p.BytesDone,

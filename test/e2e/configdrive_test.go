@@ -44,7 +44,7 @@ func TestConfigDrive(t *testing.T) {
 	m, err := lab.AddMachine(harness.MachineSpec{Config: cfg, Token: cfg.Server.Token,
 		VMConfig: func(c *vm.Config) {
 			c.Disks = append(c.Disks, vm.Disk{Path: drive, Format: "raw", Interface: "virtio", Serial: "config-drive"})
-			c.Append = "console=ttyS0,115200 panic=-1"
+			c.Append = "console=ttyS0,115200 panic=-1 " + harness.InsecureHTTP
 		}})
 	if err != nil {
 		t.Fatal(err)

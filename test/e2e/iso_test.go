@@ -20,7 +20,7 @@ func TestISOBootWithConfigDrive(t *testing.T) {
 	a := buildArtifacts(t)
 	iso := filepath.Join(t.TempDir(), "booty.iso")
 	mkiso := filepath.Join(repoRoot(), "hack", "mkiso.sh")
-	if out, err := exec.Command("bash", mkiso, a.kernel, a.initrd, iso).CombinedOutput(); err != nil {
+	if out, err := exec.Command("bash", mkiso, a.kernel, a.initrd, iso, harness.InsecureHTTP).CombinedOutput(); err != nil {
 		t.Fatalf("mkiso: %v\n%s", err, out)
 	}
 	lab := newLab(t)

@@ -135,6 +135,7 @@ func NewLab(opts LabOptions) (*Lab, error) {
 		FilesDir:        opts.FilesDir,
 		StateDir:        l.StateDir(),
 		PublicURL:       l.GuestURL(),
+		IPXECmdline:     server.DefaultIPXECmdline + " " + InsecureHTTP,
 		Output:          opts.Output,
 		Logger:          opts.Logger.With("component", "bootyd"),
 		ShutdownTimeout: 5 * time.Second,
@@ -229,6 +230,11 @@ func (l *Lab) Port() int { return l.port }
 
 // HostURL returns bootyd's URL as the host sees it: http://127.0.0.1:<port>.
 func (l *Lab) HostURL() string { return "http://127.0.0.1:" + strconv.Itoa(l.port) }
+
+// InsecureHTTP is the kernel parameter that lets the agent talk to the
+// lab's plain-HTTP bootyd (it refuses http:// without it); every guest
+// command line the lab builds carries it, iPXE's included.
+const InsecureHTTP = config.CmdlineInsecureHTTP + "=1"
 
 // GuestURL returns bootyd's URL as a guest sees it: http://10.0.2.2:<port>.
 func (l *Lab) GuestURL() string { return "http://" + GuestHost + ":" + strconv.Itoa(l.port) }

@@ -315,7 +315,7 @@ func TestVMConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := m.VMConfig("/k", "/i")
-	wantAppend := "console=ttyS0,115200 booty.server=" + lab.GuestURL() + " panic=-1 booty.debug quiet"
+	wantAppend := "console=ttyS0,115200 booty.server=" + lab.GuestURL() + " booty.insecure-http=1 panic=-1 booty.debug quiet"
 	if c.Append != wantAppend {
 		t.Errorf("append = %q, want %q", c.Append, wantAppend)
 	}

@@ -295,9 +295,11 @@ func makeDisk(path string, size int64, initial string) error {
 }
 
 // Cmdline returns the kernel command line Boot passes:
-// console=ttyS0,115200 booty.server=<guest url> panic=-1, then ExtraCmdline.
+// console=ttyS0,115200 booty.server=<guest url> booty.insecure-http=1
+// panic=-1, then ExtraCmdline. The lab's bootyd serves plain HTTP, which
+// the agent refuses without the opt-in.
 func (m *Machine) Cmdline() string {
-	s := "console=ttyS0,115200 " + config.CmdlineServer + "=" + m.lab.GuestURL() + " panic=-1"
+	s := "console=ttyS0,115200 " + config.CmdlineServer + "=" + m.lab.GuestURL() + " " + InsecureHTTP + " panic=-1"
 	if x := strings.TrimSpace(m.spec.ExtraCmdline); x != "" {
 		s += " " + x
 	}

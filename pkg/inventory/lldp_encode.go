@@ -32,14 +32,13 @@ func LLDPFrame(src net.HardwareAddr, n Neighbor) []byte {
 	if n.SystemName != "" {
 		tlv(5, []byte(n.SystemName))
 	}
-	oui8021 := []byte{0x00, 0x80, 0xc2}
 	if n.PVID != 0 {
-		tlv(127, binary.BigEndian.AppendUint16(append(oui8021, 1), uint16(n.PVID)))
+		tlv(tlvOrgSpecific, binary.BigEndian.AppendUint16(append(oui8021[:], dot1SubtypePVID), uint16(n.PVID)))
 	}
 	for _, v := range n.VLANs {
-		b := binary.BigEndian.AppendUint16(append(append([]byte{}, oui8021...), 3), uint16(v.ID))
+		b := binary.BigEndian.AppendUint16(append(oui8021[:], dot1SubtypeVLANName), uint16(v.ID))
 		b = append(b, byte(len(v.Name)))
-		tlv(127, append(b, v.Name...))
+		tlv(tlvOrgSpecific, append(b, v.Name...))
 	}
 	tlv(0, nil)
 	for len(f) < 60 {

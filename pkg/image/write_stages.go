@@ -1,0 +1,233 @@
+package image
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/booty-dev/booty/pkg/safego"
+)
+
+// The stages of one Write, in the order an image byte passes them: decode
+// (decompress into chunks) ▸ hash (image digest, bmap ranges) ▸ dispatch
+// (image order, the first MiB and the end held back) ▸ the writers
+// (write_target.go). The fetch and served-digest stages before decode are
+// in pipeline.go.
+
+// stream runs the pipeline to the end: decompress into chunks, hash them,
+// dispatch them to the writers, then verify and write what was held back.
+func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
+	w.head = make([]byte, HoldBack)
+	w.free = make(chan []byte, w.o.Buffers)
+	for range w.o.Buffers {
+		b, release := allocAligned(w.o.ChunkSize)
+		w.bufs = append(w.bufs, release)
+		w.free <- b
+	}
+	decOut := make(chan *chunk, 2)
+	hashOut := make(chan *chunk, 2)
+	w.stages.Go(func() { w.decodeLoop(dec, br, decOut) })
+	w.stages.Go(func() { w.hashLoop(decOut, hashOut) })
+	w.jobs = make(chan job, w.o.Writers)
+	for range w.o.Writers {
+		safego.Go(&w.writers, "write "+w.name, w.fail, w.writeLoop)
+	}
+	// A panic while dispatching is the write's error: the writers still
+	// end, and the target is invalidated like on any other failure.
+	err := safego.Call("dispatch to "+w.name, func() error {
+		if err := w.dispatch(hashOut); err != nil {
+			return err
+		}
+		return w.flushZero()
+	})
+	close(w.jobs)
+	w.writers.Wait()
+	if err != nil {
+		w.fail(err)
+		return w.firstErr(err)
+	}
+	if err := w.firstErr(nil); err != nil {
+		return err
+	}
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+	}
+	return w.finish()
+}
+
+// decodeLoop fills chunks from dec and sends them on, then records how
+// the stream ended in w.decErr (nil: dec and the source ended cleanly).
+func (w *writer) decodeLoop(dec io.Reader, br *bufio.Reader, out chan<- *chunk) {
+	defer close(out)
+	defer safego.Recover("decode "+w.srcName, w.fail)
+	var total int64
+	for {
+		var buf []byte
+		select {
+		case buf = <-w.free:
+		case <-w.ctx.Done():
+			w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+			return
+		}
+		n, rerr := readFull(dec, buf)
+		if n > 0 {
+			c := &chunk{off: total, data: buf[:n], buf: buf, free: w.free, last: rerr == io.EOF}
+			c.refs.Store(1)
+			total += int64(n)
+			select {
+			case out <- c:
+			case <-w.ctx.Done():
+				w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+				return
+			}
+		} else {
+			w.free <- buf
+		}
+		switch {
+		case rerr == nil:
+			continue
+		case rerr == io.EOF:
+			w.decErr = w.drain(br, total)
+		case w.ctx.Err() != nil:
+			w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+		case w.blocks.srcErr() != nil:
+			w.decErr = classifyFetch(w.ctx, w.blocks.srcErr())
+		case errors.Is(rerr, ErrUnsupportedFormat) || errors.Is(rerr, ErrCorruptSource):
+			w.decErr = fmt.Errorf("decode %s image %s at image offset %d: %w", w.format, w.srcName, total, rerr)
+		default:
+			w.decErr = fmt.Errorf("decompress %s stream of %s at image offset %d: %w: %w", w.format, w.srcName, total, ErrCorruptSource, rerr)
+		}
+		return
+	}
+}
+
+// hashLoop hashes the image bytes in order and checks bmap ranges, then
+// passes each chunk on.
+func (w *writer) hashLoop(in <-chan *chunk, out chan<- *chunk) {
+	defer close(out)
+	defer safego.Recover("hash "+w.srcName, w.fail)
+	for c := range in {
+		if w.imageHash != nil {
+			w.imageHash.Write(c.data)
+		}
+		if w.bmap != nil {
+			if err := w.bmap.check(c.off, c.data); err != nil {
+				c.put()
+				w.fail(fmt.Errorf("verify %s against bmap %s: %w", w.srcName, w.o.Bmap, err))
+				return
+			}
+		}
+		select {
+		case out <- c:
+		case <-w.ctx.Done():
+			c.put()
+			return
+		}
+	}
+	if w.bmap != nil && w.decErr == nil {
+		if err := w.bmap.done(); err != nil {
+			w.fail(fmt.Errorf("verify %s against bmap %s: %w", w.srcName, w.o.Bmap, err))
+		}
+	}
+}
+
+// dispatch takes chunks in image order, holds back the first MiB and the
+// last chunk(s), and hands the rest to the writers. It returns nil only
+// when the stream ended cleanly.
+func (w *writer) dispatch(in <-chan *chunk) error {
+	for c := range in {
+		w.total = c.off + int64(len(c.data))
+		if w.limit >= 0 && w.total > w.limit {
+			c.put()
+			return fmt.Errorf("write %s to %s: image exceeds the target size of %d bytes: %w", w.srcName, w.name, w.limit, ErrTargetTooSmall)
+		}
+		// Keep the newest chunk back: it may be the last. When it is the
+		// last and shorter than HoldBack, keep the one before too, so at
+		// least the last MiB of the image (a backup GPT) is held.
+		if len(w.held) > 0 && (!c.last || len(c.data) >= HoldBack) {
+			for _, h := range w.held {
+				if err := w.release(h); err != nil {
+					return err
+				}
+			}
+			w.held = w.held[:0]
+		}
+		w.held = append(w.held, c)
+	}
+	if err := w.firstErr(nil); err != nil {
+		return err
+	}
+	if w.decErr != nil {
+		return w.decErr
+	}
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+	}
+	return nil
+}
+
+// drain reads what follows the compressed stream so the source digest
+// covers the whole served file, and checks the image is not empty.
+func (w *writer) drain(br *bufio.Reader, total int64) error {
+	n, err := io.Copy(io.Discard, br)
+	if err != nil {
+		return classifyFetch(w.ctx, fmt.Errorf("read %s after the %s stream: %w", w.srcName, w.format, err))
+	}
+	if n > 0 {
+		w.o.Log.Warn("ignoring bytes after the compressed stream", "source", w.srcName, "format", w.format, "bytes", n)
+	}
+	if total == 0 {
+		return fmt.Errorf("write %s: image is empty: %w", w.srcName, ErrCorruptSource)
+	}
+	return nil
+}
+
+// readFull reads until buf is full (nil error), the reader ends (io.EOF,
+// possibly with n > 0), or it fails. Unlike io.ReadFull it keeps a
+// reader's own io.ErrUnexpectedEOF apart from a clean short end.
+func readFull(r io.Reader, buf []byte) (int, error) {
+	n, empty := 0, 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			if empty++; empty > 100 {
+				return n, io.ErrNoProgress
+			}
+		}
+	}
+	return n, nil
+}
+
+// stripHead copies the part of c inside the first HoldBack bytes of the
+// image into w.head and returns the rest as offset and data.
+func (w *writer) stripHead(c *chunk) (int64, []byte) {
+	off, data := c.off, c.data
+	if off >= HoldBack {
+		return off, data
+	}
+	k := min(int64(HoldBack)-off, int64(len(data)))
+	copy(w.head[off:], data[:k])
+	w.headN = max(w.headN, int(off+k))
+	return off + k, data[k:]
+}
+
+// release passes c, minus the held-back head, to the writers, invalidating
+// the target first if nothing was written yet.
+func (w *writer) release(c *chunk) error {
+	off, data := w.stripHead(c)
+	if len(data) > 0 && !w.started {
+		if err := w.prepare(); err != nil {
+			c.put()
+			return err
+		}
+	}
+	err := w.place(off, data, c, w.send)
+	c.put()
+	return err
+}

@@ -58,10 +58,17 @@ func runDisks(args []string) int {
 
 	spec := disk.Spec{Device: *device}
 	if *hintsJSON != "" {
-		if err := json.Unmarshal([]byte(*hintsJSON), &spec.Hints); err != nil {
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(*hintsJSON), &raw); err != nil {
 			fmt.Fprintf(os.Stderr, "booty disks: parse --hints: %v\n", err)
 			return 2
 		}
+		h, err := disk.ParseHints(raw)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "booty disks: --hints: %v\n", err)
+			return 2
+		}
+		spec.Hints = h
 	}
 	cands, err := m.Evaluate(spec, int64(minSize))
 	if err != nil {

@@ -3,16 +3,14 @@ package config
 import (
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net/netip"
-	"net/url"
-	"regexp"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/httpfetch"
 	"github.com/booty-dev/booty/pkg/image"
 	"github.com/booty-dev/booty/pkg/names"
 	"github.com/booty-dev/booty/pkg/network"
@@ -61,9 +59,7 @@ func (c *MachineConfig) Validate() error {
 	return nil
 }
 
-var (
-	checksumRE = regexp.MustCompile(`^(sha256:[0-9a-fA-F]{64}|sha512:[0-9a-fA-F]{128})$`)
-)
+var ()
 
 func (c *MachineConfig) validate() []problem {
 	var ps []problem
@@ -103,7 +99,8 @@ func (c *MachineConfig) validate() []problem {
 		}
 	}
 	for _, f := range []struct{ name, v string }{{"image.checksum", c.Image.Checksum}, {"image.imageChecksum", c.Image.ImageChecksum}, {"image.bmapChecksum", c.Image.BmapChecksum}} {
-		if f.v != "" && !checksumRE.MatchString(f.v) {
+		// write-image parses it with the same function.
+		if f.v != "" && image.CheckChecksum(f.v) != nil {
 			add(f.name, "want \"sha256:\" and 64 hex digits or \"sha512:\" and 128 hex digits, got %q", truncate(f.v, 80))
 		}
 	}
@@ -111,7 +108,7 @@ func (c *MachineConfig) validate() []problem {
 		add("image", "checksum or imageChecksum is required in mode provision: booty never leaves an unverified image bootable")
 	}
 	if c.Image.BmapURL != "" {
-		if err := checkURL(c.Image.BmapURL, "http", "https", "file"); err != "" {
+		if err := checkURL(c.Image.BmapURL, image.BmapSchemes...); err != "" {
 			add("image.bmapUrl", "%s", err)
 		}
 	}
@@ -275,51 +272,20 @@ func checkHostname(h string) string {
 	return ""
 }
 
-// checkImageURL checks an image source with pkg/image's grammar: its
-// scheme list and its OCI reference parser, which Write uses too.
+// checkImageURL checks an image source with pkg/image's grammar
+// (image.CheckSource), which Write applies too.
 func checkImageURL(s string) string {
-	if strings.HasPrefix(s, "oci://") || strings.HasPrefix(s, "oci+http://") {
-		if _, err := image.ParseOCIRef(s); err != nil {
-			return err.Error()
-		}
-		return ""
+	if err := image.CheckSource(s); err != nil {
+		return strings.TrimSuffix(err.Error(), ": "+httpfetch.ErrBadURL.Error())
 	}
-	return checkURL(s, image.SourceSchemes...)
+	return ""
 }
 
-// checkURL returns why s is not an absolute URL with one of schemes, or "".
+// checkURL returns why s is not an absolute URL with one of schemes, or
+// "": httpfetch.ParseURL, the grammar every fetch of the agent uses.
 func checkURL(s string, schemes ...string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error quotes the URL with its secrets
-		}
-		return fmt.Sprintf("%q is not a URL: %v", redactURL(s), err)
-	}
-	shown := redactURL(s) // never a password or query in an error
-	ok := false
-	for _, sc := range schemes {
-		ok = ok || u.Scheme == sc
-	}
-	if !ok {
-		return fmt.Sprintf("scheme %q not supported in %q, want %s", u.Scheme, shown, strings.Join(schemes, ", "))
-	}
-	switch u.Scheme {
-	case "http", "https":
-		if u.Host == "" {
-			return fmt.Sprintf("%q has no host", shown)
-		}
-		if u.User != nil {
-			return fmt.Sprintf("%q carries credentials in the URL; use server.token instead", shown)
-		}
-	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			return fmt.Sprintf("%q: a file URL has no host, want file:///path", shown)
-		}
-		if !strings.HasPrefix(u.Path, "/") || len(u.Path) < 2 {
-			return fmt.Sprintf("%q: want file:///absolute/path", shown)
-		}
+	if _, err := httpfetch.ParseURL(s, schemes...); err != nil {
+		return strings.TrimSuffix(err.Error(), ": "+httpfetch.ErrBadURL.Error())
 	}
 	return ""
 }

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/image"
 )
 
 // VarsEndpoints are the reporting endpoints and token of a telekom BOOTy
@@ -271,7 +273,7 @@ func varsChecksum(sum, typ string) (string, string) {
 		return "", fmt.Sprintf("IMAGE_CHECKSUM_TYPE %q not supported, want sha256 or sha512", typ)
 	}
 	cs := typ + ":" + sum
-	if !checksumRE.MatchString(cs) {
+	if image.CheckChecksum(cs) != nil {
 		return "", fmt.Sprintf("want %d hex digits for %s, got %q", map[string]int{"sha256": 64, "sha512": 128}[typ], typ, truncate(sum, 80))
 	}
 	return cs, ""

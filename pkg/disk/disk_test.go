@@ -111,59 +111,66 @@ func TestSelect(t *testing.T) {
 	tests := []struct {
 		name    string
 		spec    Spec
+		raw     map[string]any // hints as a config holds them, parsed with ParseHints
 		minSize int64
 		want    string // disk name, or "" for an error
 		errIs   error
 		errHas  []string
 	}{
 		// Ironic's documented examples, adapted to the fake machine.
-		{name: "wwn", spec: hints(`wwn`, "0x5000c500a1b2c3d4"), want: "sda"},
-		{name: "wwn with extension", spec: hints(`wwn_with_extension`, "0x600508b1001c4d5e6f708192a3b4c5d6"), errIs: ErrNoMatch, errHas: []string{"read-only"}},
-		{name: "size >= 60 and not rotational", spec: hints("size", ">= 60", "rotational", false), want: "nvme0n1"},
-		{name: "vendor or", spec: hints("vendor", "<or> samsung <or> ata"), want: "sda"},
-		{name: "model in, case-insensitive", spec: hints("model", "<in> samsung ssd"), want: "nvme0n1"},
-		{name: "name path", spec: hints("name", "/dev/sda"), want: "sda"},
-		{name: "name bare", spec: hints("name", "vda"), want: "vda"},
-		{name: "hctl", spec: hints("hctl", "0:0:0:0"), want: "sda"},
-		{name: "by_path", spec: hints("by_path", "/dev/disk/by-path/pci-0000:00:04.0"), want: "vda"},
-		{name: "serial s==", spec: hints("serial", "s== S5GXNX0T123456"), want: "nvme0n1"},
-		{name: "serial plain", spec: hints("serial", "za1b2c3d"), want: "sda"},
-		{name: "serial s!= picks smallest other", spec: hints("serial", "s!= VIRTIO-SERIAL-1"), want: "nvme0n1"},
-		{name: "size exact JSON number", spec: hints("size", float64(20)), want: "vda"},
-		{name: "size json.Number", spec: hints("size", json.Number("100")), want: "nvme0n1"},
-		{name: "size legacy =", spec: hints("size", "= 100"), want: "nvme0n1"},
-		{name: "size < 30", spec: hints("size", "< 30"), want: "vda"},
-		{name: "size or", spec: hints("size", "<or> 100 <or> 500"), want: "nvme0n1"},
-		{name: "tran", spec: hints("tran", "nvme"), want: "nvme0n1"},
-		{name: "rotational string", spec: hints("rotational", "yes"), want: "sda"},
-		{name: "several matches: smallest", spec: hints("rotational", false), want: "vda"},
-		{name: "minSize skips small", spec: hints("rotational", false), minSize: 50 << 30, want: "nvme0n1"},
+		{name: "wwn", raw: hints(`wwn`, "0x5000c500a1b2c3d4"), want: "sda"},
+		{name: "wwn with extension", raw: hints(`wwn_with_extension`, "0x600508b1001c4d5e6f708192a3b4c5d6"), errIs: ErrNoMatch, errHas: []string{"read-only"}},
+		{name: "size >= 60 and not rotational", raw: hints("size", ">= 60", "rotational", false), want: "nvme0n1"},
+		{name: "vendor or", raw: hints("vendor", "<or> samsung <or> ata"), want: "sda"},
+		{name: "model in, case-insensitive", raw: hints("model", "<in> samsung ssd"), want: "nvme0n1"},
+		{name: "name path", raw: hints("name", "/dev/sda"), want: "sda"},
+		{name: "name bare", raw: hints("name", "vda"), want: "vda"},
+		{name: "hctl", raw: hints("hctl", "0:0:0:0"), want: "sda"},
+		{name: "by_path", raw: hints("by_path", "/dev/disk/by-path/pci-0000:00:04.0"), want: "vda"},
+		{name: "serial s==", raw: hints("serial", "s== S5GXNX0T123456"), want: "nvme0n1"},
+		{name: "serial plain", raw: hints("serial", "za1b2c3d"), want: "sda"},
+		{name: "serial s!= picks smallest other", raw: hints("serial", "s!= VIRTIO-SERIAL-1"), want: "nvme0n1"},
+		{name: "size exact JSON number", raw: hints("size", float64(20)), want: "vda"},
+		{name: "size json.Number", raw: hints("size", json.Number("100")), want: "nvme0n1"},
+		{name: "size legacy =", raw: hints("size", "= 100"), want: "nvme0n1"},
+		{name: "size < 30", raw: hints("size", "< 30"), want: "vda"},
+		{name: "size or", raw: hints("size", "<or> 100 <or> 500"), want: "nvme0n1"},
+		{name: "tran", raw: hints("tran", "nvme"), want: "nvme0n1"},
+		{name: "rotational string", raw: hints("rotational", "yes"), want: "sda"},
+		{name: "several matches: smallest", raw: hints("rotational", false), want: "vda"},
+		{name: "minSize skips small", raw: hints("rotational", false), minSize: 50 << 30, want: "nvme0n1"},
 		{name: "device path", spec: Spec{Device: "/dev/nvme0n1"}, want: "nvme0n1"},
 		{name: "device bare", spec: Spec{Device: "sda"}, want: "sda"},
 		{name: "device by-path without udev", spec: Spec{Device: "/dev/disk/by-path/pci-0000:00:05.0-nvme-1"}, want: "nvme0n1"},
-		{name: "device and hints both apply", spec: Spec{Device: "sda", Hints: map[string]any{"tran": "nvme"}}, errIs: ErrNoMatch},
+		{name: "device and hints both apply", spec: Spec{Device: "sda"}, raw: hints("tran", "nvme"), errIs: ErrNoMatch},
 		{name: "removable never", spec: Spec{Device: "sdb"}, errIs: ErrNoMatch, errHas: []string{"sdb", "removable"}},
-		{name: "read-only never", spec: hints("model", "PX05SMB040"), errIs: ErrNoMatch, errHas: []string{"sdc", "read-only"}},
+		{name: "read-only never", raw: hints("model", "PX05SMB040"), errIs: ErrNoMatch, errHas: []string{"sdc", "read-only"}},
 		{name: "too small", spec: Spec{Device: "vda"}, minSize: 30 << 30, errIs: ErrNoMatch, errHas: []string{"smaller than required 30 GiB"}},
-		{name: "no match lists every disk", spec: hints("serial", "nope"),
+		{name: "no match lists every disk", raw: hints("serial", "nope"),
 			errIs: ErrNoMatch, errHas: []string{"vda", "nvme0n1", "sda", "sdb", "sdc", `serial "ZA1B2C3D" does not match serial="s== nope"`, "Samsung SSD 980 PRO"}},
-		{name: "empty attribute never matches s!=", spec: hints("wwn", "s!= x", "tran", "virtio"), errIs: ErrNoMatch, errHas: []string{"has no wwn"}},
+		{name: "empty attribute never matches s!=", raw: hints("wwn", "s!= x", "tran", "virtio"), errIs: ErrNoMatch, errHas: []string{"has no wwn"}},
 		{name: "empty spec", spec: Spec{}, errIs: ErrNoDiskSpec},
-		{name: "unknown hint", spec: hints("colour", "red"), errIs: ErrInvalidHints, errHas: []string{`hint "colour": unknown root device hint`, "by_path"}},
-		{name: "size not integer", spec: hints("size", ">= big"), errIs: ErrInvalidHints, errHas: []string{`hint "size"`, `"big"`}},
-		{name: "size not positive", spec: hints("size", float64(-1)), errIs: ErrInvalidHints, errHas: []string{"positive"}},
-		{name: "size string op", spec: hints("size", "s== 10"), errIs: ErrInvalidHints, errHas: []string{"s=="}},
-		{name: "rotational not bool", spec: hints("rotational", "maybe"), errIs: ErrInvalidHints, errHas: []string{"rotational", "maybe"}},
-		{name: "serial not string", spec: hints("serial", float64(12345)), errIs: ErrInvalidHints, errHas: []string{"not a string"}},
-		{name: "numeric op on string", spec: hints("model", ">= 10"), errIs: ErrInvalidHints, errHas: []string{`operator ">="`}},
-		{name: "all-in unsupported", spec: hints("model", "<all-in> a b"), errIs: ErrInvalidHints, errHas: []string{"<all-in>"}},
-		{name: "empty expression", spec: hints("model", "  "), errIs: ErrInvalidHints, errHas: []string{"empty"}},
-		{name: "operator without value", spec: hints("model", "<in>"), errIs: ErrInvalidHints, errHas: []string{"no value"}},
+		{name: "unknown hint", raw: hints("colour", "red"), errIs: ErrInvalidHints, errHas: []string{`hint "colour": unknown root device hint`, "by_path"}},
+		{name: "size not integer", raw: hints("size", ">= big"), errIs: ErrInvalidHints, errHas: []string{`hint "size"`, `"big"`}},
+		{name: "size not positive", raw: hints("size", float64(-1)), errIs: ErrInvalidHints, errHas: []string{"positive"}},
+		{name: "size string op", raw: hints("size", "s== 10"), errIs: ErrInvalidHints, errHas: []string{"s=="}},
+		{name: "rotational not bool", raw: hints("rotational", "maybe"), errIs: ErrInvalidHints, errHas: []string{"rotational", "maybe"}},
+		{name: "serial not string", raw: hints("serial", float64(12345)), errIs: ErrInvalidHints, errHas: []string{"not a string"}},
+		{name: "numeric op on string", raw: hints("model", ">= 10"), errIs: ErrInvalidHints, errHas: []string{`operator ">="`}},
+		{name: "all-in unsupported", raw: hints("model", "<all-in> a b"), errIs: ErrInvalidHints, errHas: []string{"<all-in>"}},
+		{name: "empty expression", raw: hints("model", "  "), errIs: ErrInvalidHints, errHas: []string{"empty"}},
+		{name: "operator without value", raw: hints("model", "<in>"), errIs: ErrInvalidHints, errHas: []string{"no value"}},
 	}
 	m := writeFakeSys(t, standardDisks())
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := m.Select(tt.spec, tt.minSize)
+			spec := tt.spec
+			var d *Disk
+			h, err := ParseHints(tt.raw)
+			if err == nil {
+				spec.Hints = h
+				d, err = m.Select(spec, tt.minSize)
+			}
 			if tt.want != "" {
 				if err != nil {
 					t.Fatalf("Select: %v", err)
@@ -228,7 +235,11 @@ func TestByPathFromUdevLinks(t *testing.T) {
 
 func TestEvaluateExplainsEveryDisk(t *testing.T) {
 	m := writeFakeSys(t, standardDisks())
-	cands, err := m.Evaluate(hints("rotational", false), 0)
+	h, err := ParseHints(hints("rotational", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cands, err := m.Evaluate(Spec{Hints: h}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,11 +286,11 @@ func TestHumanSize(t *testing.T) {
 	}
 }
 
-// hints builds a DiskSpec from key, value pairs.
-func hints(kv ...any) Spec {
+// hints builds raw hints, as a config holds them, from key, value pairs.
+func hints(kv ...any) map[string]any {
 	h := map[string]any{}
 	for i := 0; i < len(kv); i += 2 {
 		h[kv[i].(string)] = kv[i+1]
 	}
-	return Spec{Hints: h}
+	return h
 }

@@ -48,11 +48,11 @@ func (e *NoMatchError) Error() string {
 func (e *NoMatchError) Unwrap() error { return ErrNoMatch }
 
 // Spec says which disk to select: a device (a kernel name, a /dev path or
-// a /dev/disk/by-* link) and/or Ironic root device hints as ParseHints
-// reads them. config.DiskSpec carries the same two fields.
+// a /dev/disk/by-* link) and/or Ironic root device hints, parsed by
+// ParseHints (the one parser config validation uses too).
 type Spec struct {
 	Device string
-	Hints  map[string]any
+	Hints  Hints
 }
 
 // Evaluate judges every disk against spec and minSize, in Disks order. A disk
@@ -63,10 +63,7 @@ func (m *Manager) Evaluate(spec Spec, minSize int64) ([]Candidate, error) {
 	if spec.Device == "" && len(spec.Hints) == 0 {
 		return nil, ErrNoDiskSpec
 	}
-	hints, err := ParseHints(spec.Hints)
-	if err != nil {
-		return nil, err
-	}
+	hints := spec.Hints
 	disks, err := m.Disks()
 	if err != nil {
 		return nil, err
@@ -144,8 +141,7 @@ func describeSpec(spec Spec) string {
 		parts = append(parts, "device "+spec.Device)
 	}
 	if len(spec.Hints) > 0 {
-		h, _ := ParseHints(spec.Hints)
-		parts = append(parts, "hints "+h.String())
+		parts = append(parts, "hints "+spec.Hints.String())
 	}
 	return strings.Join(parts, " and ")
 }

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -349,4 +350,45 @@ func (t *touchReader) Read(p []byte) (int, error) {
 		t.w.touch()
 	}
 	return n, err
+}
+
+// ErrBadURL is wrapped by ParseURL's errors.
+var ErrBadURL = errors.New("bad URL")
+
+// ParseURL is the one grammar of the URLs booty fetches (image sources,
+// bmaps, configs, bootyd): an absolute URL with one of schemes; http and
+// https need a host and may not carry credentials (tokens go in headers,
+// never in a URL that is logged); file needs an absolute path and no host.
+// Errors wrap ErrBadURL and show the URL redacted. Plain http passes here:
+// whether it may be used is the run's policy (CheckURL).
+func ParseURL(s string, schemes ...string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the URL with its secrets
+		}
+		return nil, fmt.Errorf("%q is not a URL: %v: %w", redact.URL(s), err, ErrBadURL)
+	}
+	shown := redact.URL(s)
+	if !slices.Contains(schemes, u.Scheme) {
+		return nil, fmt.Errorf("scheme %q not supported in %q, want %s: %w", u.Scheme, shown, strings.Join(schemes, ", "), ErrBadURL)
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return nil, fmt.Errorf("%q has no host: %w", shown, ErrBadURL)
+		}
+		if u.User != nil {
+			return nil, fmt.Errorf("%q carries credentials in the URL; give them as a token instead: %w", shown, ErrBadURL)
+		}
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, fmt.Errorf("%q: a file URL has no host, want file:///path: %w", shown, ErrBadURL)
+		}
+		if !strings.HasPrefix(u.Path, "/") || len(u.Path) < 2 {
+			return nil, fmt.Errorf("%q: want file:///absolute/path: %w", shown, ErrBadURL)
+		}
+	}
+	return u, nil
 }

@@ -283,3 +283,30 @@ func TestBackoffDelay(t *testing.T) {
 		}
 	}
 }
+
+func TestParseURL(t *testing.T) {
+	schemes := []string{"http", "https", "file"}
+	for s, want := range map[string]string{
+		"https://192.0.2.1/os.img":         "",
+		"HTTP://192.0.2.1/os.img":          "",
+		"file:///srv/os.img":               "",
+		"file://localhost/srv/os.img":      "",
+		"ftp://192.0.2.1/os.img":           `scheme "ftp" not supported`,
+		"https:///os.img":                  "has no host",
+		"https://u:secret@192.0.2.1/x":     "carries credentials",
+		"file://host/os.img":               "a file URL has no host",
+		"file:///":                         "want file:///absolute/path",
+		"https://192.0.2.1/x?token=SECRET": "",
+		"https://[::1/x":                   "is not a URL",
+	} {
+		_, err := ParseURL(s, schemes...)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("ParseURL(%q) = %v, want ok", s, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrBadURL)):
+			t.Errorf("ParseURL(%q) = %v, want ErrBadURL saying %q", s, err, want)
+		case err != nil && strings.Contains(err.Error(), "secret"):
+			t.Errorf("ParseURL(%q) error shows the password: %v", s, err)
+		}
+	}
+}

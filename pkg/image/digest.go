@@ -25,6 +25,17 @@ func newHash(algo string) hash.Hash {
 	return sha256.New()
 }
 
+// CheckChecksum says why s is not a checksum Write accepts ("sha256:HEX" or
+// "sha512:HEX"), or nil: config validation asks it, and Write parses the
+// same text with the same function.
+func CheckChecksum(s string) error {
+	if s == "" {
+		return fmt.Errorf("parse checksum: empty: %w", ErrBadChecksum)
+	}
+	_, err := parseChecksum(s)
+	return err
+}
+
 // parseChecksum parses "sha256:HEX" or "sha512:HEX" (case-insensitive hex).
 // An empty string yields the zero checksum and no error.
 func parseChecksum(s string) (checksum, error) {

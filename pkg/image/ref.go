@@ -5,11 +5,30 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
 // SourceSchemes are the URL schemes an image source may have (besides a
 // plain path): config validation and Write use this one list.
 var SourceSchemes = []string{"http", "https", "file", "oci", "oci+http"}
+
+// BmapSchemes are the URL schemes of a bmap file.
+var BmapSchemes = []string{"http", "https", "file"}
+
+// CheckSource is the grammar of an image source URL, asked by config
+// validation and by Write before it opens the source: an OCI reference
+// (ParseOCIRef), else an http, https or file URL as httpfetch.ParseURL
+// reads it. Whether plain http may be used is the run's opt-in, not part
+// of the grammar.
+func CheckSource(s string) error {
+	if strings.HasPrefix(s, "oci://") || strings.HasPrefix(s, "oci+http://") {
+		_, err := ParseOCIRef(s)
+		return err
+	}
+	_, err := httpfetch.ParseURL(s, SourceSchemes...)
+	return err
+}
 
 var (
 	ociRepoRE   = regexp.MustCompile(`^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$`)

@@ -36,9 +36,16 @@ type source interface {
 func openSource(ctx context.Context, o *Options) (source, error) {
 	u, err := url.Parse(o.Source)
 	if err == nil {
+		// The run's policy first (plain http needs the opt-in), then the
+		// grammar config validation checked already.
 		switch strings.ToLower(u.Scheme) {
 		case "http", "https", "oci+http":
 			if err := httpfetch.CheckURL(o.Source, o.AllowHTTP); err != nil {
+				return nil, fmt.Errorf("open source: %w: %w", ErrBadSource, err)
+			}
+		}
+		if len(u.Scheme) > 1 { // a one-letter scheme ("C:") is a path
+			if err := CheckSource(o.Source); err != nil {
 				return nil, fmt.Errorf("open source: %w: %w", ErrBadSource, err)
 			}
 		}
@@ -48,9 +55,6 @@ func openSource(ctx context.Context, o *Options) (source, error) {
 		case "oci", "oci+http":
 			return openOCI(ctx, o, u)
 		case "file":
-			if u.Host != "" && u.Host != "localhost" {
-				return nil, fmt.Errorf("open source %s: file URL with host %q: %w", o.Source, u.Host, ErrBadSource)
-			}
 			return openFile(u.Path)
 		case "":
 		default:

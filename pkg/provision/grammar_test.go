@@ -59,6 +59,12 @@ func TestGrammarsAgree(t *testing.T) {
 				_, err := network.ParseStatic(v, "192.0.2.10/24", "", nil)
 				return err
 			}},
+		{"image.checksum", []string{sum, "SHA256:" + sum[7:], "sha512:" + strings.Repeat("ab", 64), "sha256:abc", "md5:" + sum[7:39], "sha256:" + strings.Repeat("g", 64), sum + " "},
+			func(c *config.MachineConfig, v string) { c.Image.Checksum = v },
+			func(v string) error { return image.CheckChecksum(v) }},
+		{"image.url", []string{"https://192.0.2.1/os.img", "http://192.0.2.1/os.img", "file:///srv/os.img", "ftp://192.0.2.1/os.img", "https:///os.img", "file://host/os.img", "https://u:p@192.0.2.1/os.img"},
+			func(c *config.MachineConfig, v string) { c.Image.URL = v },
+			func(v string) error { return image.CheckSource(v) }},
 		{"image.url (oci)", []string{"oci://r.example.com/os/debian@" + sum, "oci+http://10.0.0.5:5000/os/debian@" + sum,
 			"oci://r.example.com/os/debian:v1@" + sum, "oci://r.example.com/os/debian:v1", "oci://r.example.com/OS@" + sum},
 			func(c *config.MachineConfig, v string) { c.Image.URL = v; c.Image.ImageChecksum = sum },

@@ -103,7 +103,12 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 		if o.disks == nil {
 			return nil, errors.New("no disk manager")
 		}
-		return o.disks.Select(disk.Spec{Device: spec.Device, Hints: spec.Hints}, 0)
+		// Validation parsed the hints with the same function.
+		hints, err := disk.ParseHints(spec.Hints)
+		if err != nil {
+			return nil, fmt.Errorf("disk.hints: %w", err)
+		}
+		return o.disks.Select(disk.Spec{Device: spec.Device, Hints: hints}, 0)
 	}
 	o.writeImage = image.Write
 	o.debug.cfg = cfg

@@ -23,10 +23,10 @@ func TestDecode(t *testing.T) {
 		order binary.ByteOrder
 		want  string
 	}{
-		{[]byte{'a', 0, 'b', 0, 0, 0, 'c', 0}, binary.LittleEndian, "ab"},            // stops at NUL
+		{[]byte{'a', 0, 'b', 0, 0, 0, 'c', 0}, binary.LittleEndian, "ab"},              // stops at NUL
 		{[]byte{0, 'B', 0, 'O', 0, 'O', 0, 'T', 0, 0, 0, 0}, binary.BigEndian, "BOOT"}, // Joliet, padded
-		{[]byte{'x', 0, 'y'}, binary.LittleEndian, "x"},                               // odd byte ignored
-		{[]byte{0x00, 0xd8, 'a', 0}, binary.LittleEndian, "\ufffda"},                  // lone surrogate
+		{[]byte{'x', 0, 'y'}, binary.LittleEndian, "x"},                                // odd byte ignored
+		{[]byte{0x00, 0xd8, 'a', 0}, binary.LittleEndian, "\ufffda"},                   // lone surrogate
 	}
 	for _, tt := range tests {
 		if got := Decode(tt.b, tt.order); got != tt.want {

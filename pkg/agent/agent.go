@@ -46,6 +46,9 @@ type Agent struct {
 
 	ConfigureNetwork func(ctx context.Context, opts network.Options) (*network.Result, error)
 	LoadConfig       func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
+	// LoadLocalConfig asks the providers that need no network (config
+	// drive, /deploy) before the network is up; nil skips that.
+	LoadLocalConfig func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
 	NewRunner        func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner
 	// Sleep waits before a failure action; it returns early when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration)
@@ -70,6 +73,9 @@ func New(sys *initsys.System) *Agent {
 	a.LoadConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
 		return config.LoadChain(ctx, a.Log, config.ProvidersFromCmdline(cl, config.WithLogger(a.Log))...)
 	}
+	a.LoadLocalConfig = func(ctx context.Context, _ config.Cmdline) (*config.MachineConfig, config.Provider, error) {
+		return config.LoadChain(ctx, a.Log, config.LocalProviders(config.WithLogger(a.Log))...)
+	}
 	a.NewRunner = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner {
 		dm := disk.NewManager()
 		dm.BootDevices = bootDevices(log)
@@ -81,24 +87,34 @@ func New(sys *initsys.System) *Agent {
 	return a
 }
 
-// Run brings up the network, loads the config, runs the provisioning (or
+// Run asks the local providers for the config (see localConfig), brings up
+// the network (see planNetwork), loads the config from the whole chain
+// unless a local provider had it, runs the provisioning (or
 // deprovisioning) plan and returns how to leave the machine. Failures are
 // logged and reported; they choose the handoff through the failure policy.
 func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	hold := a.Cmdline.HoldRequested()
 
-	netRes, err := a.network(ctx)
-	if err != nil {
+	cfg, provider := a.localConfig(ctx)
+	netRes, netErr := a.network(ctx, cfg)
+	if netErr != nil {
 		// Not fatal: a config drive or /deploy still works without network.
-		a.Log.Warn("network not configured; continuing", "error", err)
+		a.Log.Warn("network not configured; continuing", "error", netErr)
 	}
 
-	cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
-	cfg, provider, err := a.LoadConfig(cctx, a.Cmdline)
-	cancel()
-	if err != nil {
-		a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
-		return a.failure(ctx, nil, hold)
+	if cfg == nil {
+		cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
+		var err error
+		cfg, provider, err = a.LoadConfig(cctx, a.Cmdline)
+		cancel()
+		if err != nil {
+			if netErr != nil {
+				a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err, "network_error", netErr)
+			} else {
+				a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
+			}
+			return a.failure(ctx, nil, hold)
+		}
 	}
 
 	provider = a.withReporter(cfg, provider, netRes)
@@ -113,6 +129,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	r := a.NewRunner(cfg, provider, log)
 	rctx, cancel := context.WithTimeout(ctx, RunTimeout)
 	defer cancel()
+	var err error
 	switch cfg.Mode {
 	case config.ModeDeprovision, config.ModeSoftDeprovision:
 		err = r.Deprovision(rctx)
@@ -134,22 +151,18 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	return h
 }
 
-// network configures the agent's network from ip= or DHCP.
-func (a *Agent) network(ctx context.Context) (*network.Result, error) {
-	opts := network.Options{Logger: a.Log, Timeout: NetworkTimeout}
-	if v, ok := a.Cmdline.Get("ip"); ok {
-		sc, err := network.ParseIPParam(v)
-		if err != nil {
-			return nil, fmt.Errorf("kernel parameter ip=%s: %w", v, err)
-		}
-		if sc.Method == network.MethodOff {
-			a.Log.Info("network disabled by ip=" + v)
-			return nil, nil
-		}
-		if sc.Method == network.MethodStatic {
-			opts.Static = sc
-		}
+// network configures the agent's network as planNetwork decides from ip=
+// and the local config (nil when there is none).
+func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*network.Result, error) {
+	plan, err := planNetwork(a.Cmdline, local)
+	if err != nil {
+		return nil, err
 	}
+	if plan.Off {
+		a.Log.Info("network disabled by kernel parameter ip=")
+		return nil, nil
+	}
+	opts := network.Options{Logger: a.Log, Timeout: NetworkTimeout, Static: plan.Static, Interfaces: plan.Interfaces}
 	nctx, cancel := context.WithTimeout(ctx, NetworkTimeout)
 	defer cancel()
 	res, err := a.ConfigureNetwork(nctx, opts)
@@ -157,7 +170,7 @@ func (a *Agent) network(ctx context.Context) (*network.Result, error) {
 		return nil, err
 	}
 	a.Log.Info("network up", "interface", res.Interface, "mac", res.MAC, "address", res.Address.String(),
-		"gateway", res.Gateway.String(), "method", string(res.Method))
+		"gateway", res.Gateway.String(), "method", string(res.Method), "from", plan.Source)
 	return res, nil
 }
 

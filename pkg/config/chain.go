@@ -102,13 +102,31 @@ func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []Provider {
 	if src, ok := cl.Get(CmdlineConfig); ok && src != "" {
 		ps = append(ps, &URLProvider{Source: src, CACert: o.caCert, Client: o.client, Backoff: o.backoff, Log: o.log})
 	}
-	ps = append(ps, &ConfigDriveProvider{
-		SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
-		Mount: o.mount, Unmount: o.unmount, Log: o.log,
-	})
-	ps = append(ps, &DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, Log: o.log})
+	ps = append(ps, localProviders(o)...)
 	if srv, ok := cl.Get(CmdlineServer); ok && srv != "" {
 		ps = append(ps, &ServerProvider{URL: srv, CACert: o.caCert, Client: o.client, Backoff: o.backoff, SysRoot: o.sysRoot, MACs: o.macs, Log: o.log})
 	}
 	return ps
+}
+
+// LocalProviders builds the providers that need no network, in the chain's
+// order: the config drive (labels BOOTY, config-2), then /deploy in the
+// initramfs. The agent asks them before it brings the network up, so that
+// their network: section can configure it.
+func LocalProviders(opts ...ChainOption) []Provider {
+	var o chainOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return localProviders(o)
+}
+
+func localProviders(o chainOptions) []Provider {
+	return []Provider{
+		&ConfigDriveProvider{
+			SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
+			Mount: o.mount, Unmount: o.unmount, Log: o.log,
+		},
+		&DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, Log: o.log},
+	}
 }

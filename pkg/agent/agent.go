@@ -13,6 +13,7 @@ import (
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/entropy"
 	"github.com/booty-dev/booty/pkg/initsys"
 	"github.com/booty-dev/booty/pkg/network"
 	"github.com/booty-dev/booty/pkg/provision"
@@ -50,6 +51,9 @@ type Agent struct {
 	// drive, /deploy) before the network is up; nil skips that.
 	LoadLocalConfig func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
 	NewRunner        func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner
+	// Random is the kernel's random pool, waited for (bounded) before the
+	// first TLS connection; nil does not wait.
+	Random *entropy.Pool
 	// Sleep waits before a failure action; it returns early when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration)
 }
@@ -61,6 +65,7 @@ func New(sys *initsys.System) *Agent {
 		Log:              slog.New(redact.NewHandler(slog.NewTextHandler(sys.Console, nil))),
 		Cmdline:          config.ParseCmdline(sys.Cmdline.Raw),
 		ConfigureNetwork: network.Configure,
+		Random:           &entropy.Pool{},
 		Sleep: func(ctx context.Context, d time.Duration) {
 			t := time.NewTimer(d)
 			defer t.Stop()
@@ -103,6 +108,10 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	}
 
 	if cfg == nil {
+		if err := a.waitRandom(ctx, a.Log, cmdlineNeedsTLS(a.Cmdline)); err != nil {
+			a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
+			return a.failure(ctx, nil, hold)
+		}
 		cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
 		var err error
 		cfg, provider, err = a.LoadConfig(cctx, a.Cmdline)
@@ -124,6 +133,14 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		ship = newLogShipper(lr, a.Log.Handler())
 		log = slog.New(redact.NewHandler(ship)) // what is shipped is redacted too
 		defer ship.Close()
+	}
+
+	if err := a.waitRandom(ctx, log, configNeedsTLS(cfg)); err != nil {
+		log.Error("run failed", "mode", cfg.Mode, "error", err)
+		if ship != nil {
+			ship.Close()
+		}
+		return a.failure(ctx, cfg, hold)
 	}
 
 	r := a.NewRunner(cfg, provider, log)

@@ -50,7 +50,7 @@ type Agent struct {
 	// LoadLocalConfig asks the providers that need no network (config
 	// drive, /deploy) before the network is up; nil skips that.
 	LoadLocalConfig func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
-	NewRunner        func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner
+	NewRunner       func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Runner
 	// Random is the kernel's random pool, waited for (bounded) before the
 	// first TLS connection; nil does not wait.
 	Random *entropy.Pool

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/bootloader"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/entropy"
@@ -54,6 +55,9 @@ type Agent struct {
 	// Random is the kernel's random pool, waited for (bounded) before the
 	// first TLS connection; nil does not wait.
 	Random *entropy.Pool
+	// Failures remembers consecutive failed boots so the failure policy's
+	// delay grows; nil keeps the delay fixed.
+	Failures FailureMemory
 	// Sleep waits before a failure action; it returns early when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration)
 }
@@ -75,6 +79,7 @@ func New(sys *initsys.System) *Agent {
 			}
 		},
 	}
+	a.Failures = newFailureMemory(bootloader.EFIVars{Log: a.Log})
 	a.LoadConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
 		return config.LoadChain(ctx, a.Log, config.ProvidersFromCmdline(cl, config.WithLogger(a.Log))...)
 	}
@@ -110,7 +115,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	if cfg == nil {
 		if err := a.waitRandom(ctx, a.Log, cmdlineNeedsTLS(a.Cmdline)); err != nil {
 			a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
-			return a.failure(ctx, nil, hold)
+			return a.failure(ctx, nil, hold, failRandom)
 		}
 		cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
 		var err error
@@ -119,10 +124,10 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		if err != nil {
 			if netErr != nil {
 				a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err, "network_error", netErr)
-			} else {
-				a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
+				return a.failure(ctx, nil, hold, failNetwork)
 			}
-			return a.failure(ctx, nil, hold)
+			a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
+			return a.failure(ctx, nil, hold, api.StepLoadConfig)
 		}
 	}
 
@@ -140,7 +145,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		if ship != nil {
 			ship.Close()
 		}
-		return a.failure(ctx, cfg, hold)
+		return a.failure(ctx, cfg, hold, failRandom)
 	}
 
 	r := a.NewRunner(cfg, provider, log)
@@ -158,9 +163,14 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		if ship != nil {
 			ship.Close()
 		}
-		return a.failure(ctx, cfg, hold)
+		return a.failure(ctx, cfg, hold, provision.FailedStep(err))
 	}
 	h := Decide(cfg, r.FirmwareChanged(), r.Kexec())
+	if a.Failures != nil {
+		if err := a.Failures.Clear(); err != nil {
+			log.Warn("the next failure policy delay may not start from its base", "error", err)
+		}
+	}
 	log.Info("run succeeded; handing off", "action", h.Action.String())
 	if ship != nil {
 		ship.Close()
@@ -259,8 +269,10 @@ func Decide(cfg *config.MachineConfig, firmwareChanged bool, k *provision.KexecT
 }
 
 // failure applies the failure policy: hold when asked (config or
-// booty.debug=hold), otherwise wait the delay and reboot or power off.
-func (a *Agent) failure(ctx context.Context, cfg *config.MachineConfig, hold bool) initsys.Handoff {
+// booty.debug=hold), otherwise record the failed boot of this kind in
+// Failures and wait the delay, doubled for each consecutive failed boot of
+// the same kind before it (see failDelay), then reboot or power off.
+func (a *Agent) failure(ctx context.Context, cfg *config.MachineConfig, hold bool, kind string) initsys.Handoff {
 	action, delay := config.FailureReboot, DefaultFailDelay
 	if cfg != nil {
 		if cfg.OnFailure.Action != "" {
@@ -274,7 +286,16 @@ func (a *Agent) failure(ctx context.Context, cfg *config.MachineConfig, hold boo
 		a.Log.Error("holding the machine for debugging (failure policy hold or booty.debug=hold)")
 		return initsys.Handoff{Action: initsys.Hold}
 	}
-	a.Log.Error(fmt.Sprintf("failure policy: %s in %s", action, delay))
+	if a.Failures != nil {
+		n, err := a.Failures.Record(kind)
+		if err != nil {
+			a.Log.Warn("cannot remember this failed boot; the delay does not grow", "error", err)
+		}
+		delay = failDelay(delay, n)
+		a.Log.Error(fmt.Sprintf("failure policy: %s in %s", action, delay), "kind", kind, "consecutive_failed_boots", n)
+	} else {
+		a.Log.Error(fmt.Sprintf("failure policy: %s in %s", action, delay), "kind", kind)
+	}
 	a.Sleep(ctx, delay)
 	if action == config.FailurePoweroff {
 		return initsys.Handoff{Action: initsys.Poweroff}

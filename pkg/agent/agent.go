@@ -104,6 +104,10 @@ func New(sys *initsys.System) *Agent {
 // logged and reported; they choose the handoff through the failure policy.
 func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	hold := a.Cmdline.HoldRequested()
+	if a.Random != nil {
+		s := a.Random.Sources()
+		a.Log.Info("random number sources", "rdrand", s.RDRAND, "hwrng", s.HWRNG, "crng_ready", s.Ready)
+	}
 
 	cfg, provider := a.localConfig(ctx)
 	netRes, netErr := a.network(ctx, cfg)

@@ -45,6 +45,10 @@ type Pool struct {
 	// between polls (DefaultInterval).
 	Timeout  time.Duration
 	Interval time.Duration
+	// CPUInfo and HWRNGCurrent are read by Sources; defaults
+	// DefaultCPUInfo and DefaultHWRNGCurrent.
+	CPUInfo      string
+	HWRNGCurrent string
 
 	mu     sync.Mutex
 	ready  bool

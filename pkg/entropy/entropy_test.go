@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -93,5 +95,34 @@ func TestKernelReady(t *testing.T) {
 	ok, err := kernelReady()
 	if err != nil || !ok {
 		t.Fatalf("kernelReady = %v, %v; want true on a running host", ok, err)
+	}
+}
+
+func TestSources(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	qemu64 := write("cpuinfo-qemu64", "processor\t: 0\nflags\t\t: fpu de pse tsc msr pae mce cx8 apic sep pge cmov pat pse36 clflush mmx fxsr sse sse2 syscall nx lm nopl cpuid pni cx16 hypervisor lahf_lm svm\n")
+	host := write("cpuinfo-host", "processor\t: 0\nflags\t\t: fpu sse2 aes rdrand hypervisor\nbugs\t\t: spectre_v1\n")
+	virtio := write("rng_current", "virtio_rng.0\n")
+	none := write("rng_current-none", "none\n")
+	for _, tt := range []struct {
+		cpuinfo, hwrng string
+		ready          bool
+		want           Sources
+	}{
+		{qemu64, filepath.Join(dir, "absent"), false, Sources{HWRNG: "none"}},
+		{qemu64, none, false, Sources{HWRNG: "none"}},
+		{host, virtio, true, Sources{RDRAND: true, HWRNG: "virtio_rng.0", Ready: true}},
+	} {
+		p := &Pool{CPUInfo: tt.cpuinfo, HWRNGCurrent: tt.hwrng, Ready: func() (bool, error) { return tt.ready, nil }}
+		if got := p.Sources(); got != tt.want {
+			t.Errorf("Sources(%s, %s) = %+v, want %+v", filepath.Base(tt.cpuinfo), filepath.Base(tt.hwrng), got, tt.want)
+		}
 	}
 }

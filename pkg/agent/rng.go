@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/booty-dev/booty/pkg/config"
@@ -21,7 +22,9 @@ func needsTLS(urls ...string) string {
 		}
 		switch strings.ToLower(u.Scheme) {
 		case "https", "oci":
-			what = append(what, u.Scheme+"://"+u.Host)
+			if w := u.Scheme + "://" + u.Host; !slices.Contains(what, w) {
+				what = append(what, w)
+			}
 		}
 	}
 	return strings.Join(what, ", ")

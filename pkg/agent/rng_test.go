@@ -19,7 +19,7 @@ func TestNeedsTLS(t *testing.T) {
 		{nil, ""},
 		{[]string{"http://10.0.2.2:8080/files/a.img", "", "::bad"}, ""},
 		{[]string{"https://boot.example/files/a.img"}, "https://boot.example"},
-		{[]string{"http://a", "oci://registry.example/os:1", "HTTPS://b:8443/x"}, "oci://registry.example, https://b:8443"},
+		{[]string{"http://a", "oci://registry.example/os:1", "HTTPS://b:8443/x", "https://b:8443/y"}, "oci://registry.example, https://b:8443"},
 	} {
 		if got := needsTLS(tt.urls...); got != tt.want {
 			t.Errorf("needsTLS(%q) = %q, want %q", tt.urls, got, tt.want)

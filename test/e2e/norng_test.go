@@ -45,12 +45,12 @@ func TestNoHardwareRNGPlainHTTP(t *testing.T) {
 		ExtraCmdline: "booty.insecure-http=1",
 		VMConfig:     withoutHardwareRNG,
 	})
+	if st.State != api.StateProvisioned {
+		t.Fatalf("state = %q; steps %v", st.State, stepStates(st))
+	}
 	console := m.VM().ConsoleText()
 	if !strings.Contains(console, noRNGSources) {
 		t.Fatalf("the guest has a hardware RNG or RDRAND: console lacks %q", noRNGSources)
-	}
-	if st.State != api.StateProvisioned {
-		t.Fatalf("state = %q; steps %v", st.State, stepStates(st))
 	}
 	if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
 		t.Fatal(err)

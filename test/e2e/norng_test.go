@@ -83,7 +83,7 @@ func TestNoHardwareRNGHTTPS(t *testing.T) {
 	m, err := lab.AddMachine(harness.MachineSpec{Config: cfg, Token: cfg.Server.Token,
 		VMConfig: func(c *vm.Config) {
 			withoutHardwareRNG(c)
-			c.Disks = append(c.Disks, vm.Disk{Path: drive, Format: "raw", Interface: "virtio", Serial: "config-drive"})
+			c.Disks = append(c.Disks, configDriveDisk(drive))
 			c.Append = "console=ttyS0,115200 panic=-1"
 		}})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/test/harness"
 	"github.com/booty-dev/booty/test/vm"
@@ -37,7 +36,7 @@ func TestConfigDriveStaticNetwork(t *testing.T) {
 	drive := makeConfigDrive(t, cfg)
 	m, err := lab.AddMachine(harness.MachineSpec{Config: cfg, Token: cfg.Server.Token,
 		VMConfig: func(c *vm.Config) {
-			c.Disks = append(c.Disks, vm.Disk{Path: drive, Format: "raw", Interface: "virtio", Serial: "config-drive"})
+			c.Disks = append(c.Disks, configDriveDisk(drive))
 			c.Net = false
 			c.ExtraArgs = append(c.ExtraArgs, "-nic", "tap,ifname="+tap+",script=no,downscript=no,model=virtio-net-pci,mac="+c.MAC)
 			c.Append = "console=ttyS0,115200 panic=-1 booty.insecure-http=1"
@@ -45,15 +44,7 @@ func TestConfigDriveStaticNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := buildArtifacts(t)
-	m.BootT(t, a.kernel, a.initrd)
-	st := waitOutcome(t, m)
-	if st.State != api.StateProvisioned {
-		t.Fatalf("state = %q; steps %v", st.State, stepStates(st))
-	}
-	if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
-		t.Fatal(err)
-	}
+	bootToProvisioned(t, lab, m)
 	console := m.VM().ConsoleText()
 	for _, want := range []string{`msg="network up"`, `address=10.0.2.15/24`, `method=static`, `from="config network:"`} {
 		if !strings.Contains(console, want) {

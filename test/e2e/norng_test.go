@@ -106,6 +106,17 @@ func TestNoHardwareRNGHTTPS(t *testing.T) {
 		if !strings.Contains(console, "random number generator is ready") {
 			t.Error("provisioned, but the console does not say how long the agent waited")
 		}
+		// The report has it too: the agent's shipped log, as bootyd recorded it.
+		if last, ok := m.State(); ok {
+			st = last
+		}
+		said := false
+		for _, l := range st.Logs {
+			said = said || strings.Contains(l.Message, entropy.Message)
+		}
+		if !said {
+			t.Errorf("bootyd's record of the agent's log lacks %q (%d lines)", entropy.Message, len(st.Logs))
+		}
 		if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/booty-dev/booty/pkg/config"
@@ -147,5 +150,37 @@ func TestRunAppliesLocalStaticNetwork(t *testing.T) {
 				t.Errorf("local providers asked = %v, want %v", localAsked, wantLocal)
 			}
 		})
+	}
+}
+
+// BOOTy's /deploy/vars STATIC_* variables, read by the real local
+// providers before the network, plan a static network.
+func TestPlanNetworkFromDeployVars(t *testing.T) {
+	deploy := t.TempDir()
+	vars := `export IMAGE="http://10.0.0.1/os.img"
+export IMAGE_CHECKSUM="0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+export DISK_DEVICE="/dev/sda"
+export STATIC_IP="10.1.2.3/24"
+export STATIC_GATEWAY="10.1.2.1"
+export STATIC_IFACE="eno1"
+`
+	if err := os.WriteFile(filepath.Join(deploy, "vars"), []byte(vars), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, p, err := config.LoadChain(t.Context(), nil,
+		config.LocalProviders(config.WithDeployDir(deploy), config.WithSysRoot(t.TempDir()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(p.Name(), "deploy dir") {
+		t.Fatalf("config from %s, want the deploy dir", p.Name())
+	}
+	plan, err := planNetwork(config.ParseCmdline("console=ttyS0"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Source != netFromConfig || plan.Static == nil || plan.Static.Address != netip.MustParsePrefix("10.1.2.3/24") ||
+		plan.Static.Gateway != netip.MustParseAddr("10.1.2.1") || plan.Static.Device != "eno1" {
+		t.Fatalf("plan = %+v (static %+v), want 10.1.2.3/24 via 10.1.2.1 on eno1", plan, plan.Static)
 	}
 }

@@ -116,11 +116,13 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		a.Log.Warn("network not configured; continuing", "error", netErr)
 	}
 
-	if cfg == nil {
+	if cfg == nil && netErr == nil { // without a network the fetch fails anyway: no wait
 		if err := a.waitRandom(ctx, a.Log, cmdlineNeedsTLS(a.Cmdline)); err != nil {
 			a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
 			return a.failure(ctx, nil, hold, failRandom)
 		}
+	}
+	if cfg == nil {
 		cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
 		var err error
 		cfg, provider, err = a.LoadConfig(cctx, a.Cmdline)
@@ -144,12 +146,14 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		defer ship.Close()
 	}
 
-	if err := a.waitRandom(ctx, log, configNeedsTLS(cfg)); err != nil {
-		log.Error("run failed", "mode", cfg.Mode, "error", err)
-		if ship != nil {
-			ship.Close()
+	if netErr == nil {
+		if err := a.waitRandom(ctx, log, configNeedsTLS(cfg)); err != nil {
+			log.Error("run failed", "mode", cfg.Mode, "error", err)
+			if ship != nil {
+				ship.Close()
+			}
+			return a.failure(ctx, cfg, hold, failRandom)
 		}
-		return a.failure(ctx, cfg, hold, failRandom)
 	}
 
 	r := a.NewRunner(cfg, provider, log)
@@ -285,6 +289,9 @@ func (a *Agent) failure(ctx context.Context, cfg *config.MachineConfig, hold boo
 		if cfg.OnFailure.Delay.Duration > 0 {
 			delay = cfg.OnFailure.Delay.Duration
 		}
+	}
+	if kind == "" {
+		kind = failRun
 	}
 	if hold || action == config.FailureHold {
 		a.Log.Error("holding the machine for debugging (failure policy hold or booty.debug=hold)")

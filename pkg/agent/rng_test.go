@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/entropy"
 	"github.com/booty-dev/booty/pkg/initsys"
+	"github.com/booty-dev/booty/pkg/network"
 )
 
 func TestNeedsTLS(t *testing.T) {
@@ -80,5 +82,24 @@ func TestRunWaitsForRandomOnlyForTLS(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Without a network nothing is fetched, so nothing waits for the pool.
+func TestRunWithoutNetworkDoesNotWaitForRandom(t *testing.T) {
+	for _, cmdline := range []string{"booty.server=https://boot.example", ""} {
+		r := &fakeRunner{}
+		cfg := cfgWith(func(c *config.MachineConfig) { c.Image.URL = "https://boot.example/a.img" })
+		a, out, _, _ := testAgent(t, cmdline, cfg, nil, r)
+		a.ConfigureNetwork = func(context.Context, network.Options) (*network.Result, error) {
+			return nil, errors.New("no usable network links: links [lo]")
+		}
+		asks := 0
+		a.Random = &entropy.Pool{Ready: func() (bool, error) { asks++; return false, nil }, Kick: func() {},
+			Interval: time.Millisecond, Timeout: time.Hour}
+		a.Run(context.Background())
+		if asks != 1 || strings.Contains(out.String(), entropy.Message) {
+			t.Errorf("cmdline %q: the pool was waited for without a network (%d asks):\n%s", cmdline, asks, out)
+		}
 	}
 }

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/bootloader"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
+	"github.com/booty-dev/booty/pkg/entropy"
 	"github.com/booty-dev/booty/pkg/initsys"
 	"github.com/booty-dev/booty/pkg/network"
 	"github.com/booty-dev/booty/pkg/provision"
@@ -47,6 +49,15 @@ type Agent struct {
 	ConfigureNetwork func(ctx context.Context, opts network.Options) (*network.Result, error)
 	LoadConfig       func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
 	NewPipeline      func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Pipeline
+	// LoadLocalConfig asks the providers that need no network (config
+	// drive, /deploy) before the network is up; nil skips that.
+	LoadLocalConfig func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
+	// Random is the kernel's random pool, waited for (bounded) before the
+	// first TLS connection; nil does not wait.
+	Random *entropy.Pool
+	// Failures remembers consecutive failed boots so the failure policy's
+	// delay grows; nil keeps the delay fixed.
+	Failures FailureMemory
 	// Sleep waits before a failure action; it returns early when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration)
 }
@@ -58,6 +69,7 @@ func New(sys *initsys.System) *Agent {
 		Log:              slog.New(redact.NewHandler(slog.NewTextHandler(sys.Console, nil))),
 		Cmdline:          config.ParseCmdline(sys.Cmdline.Raw),
 		ConfigureNetwork: network.Configure,
+		Random:           &entropy.Pool{},
 		Sleep: func(ctx context.Context, d time.Duration) {
 			t := time.NewTimer(d)
 			defer t.Stop()
@@ -67,8 +79,13 @@ func New(sys *initsys.System) *Agent {
 			}
 		},
 	}
+	a.Failures = newFailureMemory(bootloader.EFIVars{Log: a.Log})
 	a.LoadConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
 		return config.LoadChain(ctx, a.Log, config.ProvidersFromCmdline(cl, config.WithLogger(a.Log))...)
+	}
+	a.LoadLocalConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
+		return config.LoadChain(ctx, a.Log, config.LocalProviders(config.WithLogger(a.Log),
+			config.WithInsecureHTTP(cl.Flag(config.CmdlineInsecureHTTP)))...)
 	}
 	a.NewPipeline = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Pipeline {
 		dm := disk.NewManager()
@@ -82,7 +99,9 @@ func New(sys *initsys.System) *Agent {
 	return a
 }
 
-// Run brings up the network, loads the config, runs the provisioning (or
+// Run asks the local providers for the config (see localConfig), brings up
+// the network (see planNetwork), loads the config from the whole chain
+// unless a local provider had it, runs the provisioning (or
 // deprovisioning) plan and returns how to leave the machine. Failures are
 // logged and reported; they choose the handoff through the failure policy.
 func (a *Agent) Run(ctx context.Context) initsys.Handoff {
@@ -90,19 +109,37 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	if a.Cmdline.Flag(config.CmdlineInsecureHTTP) {
 		a.Log.Warn("plain HTTP allowed by " + config.CmdlineInsecureHTTP + ": configs, images and the machine token may travel unencrypted")
 	}
-
-	netRes, err := a.network(ctx)
-	if err != nil {
-		// Not fatal: a config drive or /deploy still works without network.
-		a.Log.Warn("network not configured; continuing", "error", err)
+	if a.Random != nil {
+		s := a.Random.Sources()
+		a.Log.Info("random number sources", "rdrand", s.RDRAND, "hwrng", s.HWRNG, "crng_ready", s.Ready)
 	}
 
-	cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
-	cfg, provider, err := a.LoadConfig(cctx, a.Cmdline)
-	cancel()
-	if err != nil {
-		a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
-		return a.failure(ctx, nil, hold)
+	cfg, provider := a.localConfig(ctx)
+	netRes, netErr := a.network(ctx, cfg)
+	if netErr != nil {
+		// Not fatal: a config drive or /deploy still works without network.
+		a.Log.Warn("network not configured; continuing", "error", netErr)
+	}
+
+	if cfg == nil && netErr == nil { // without a network the fetch fails anyway: no wait
+		if err := a.waitRandom(ctx, a.Log, cmdlineNeedsTLS(a.Cmdline)); err != nil {
+			a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
+			return a.failure(ctx, nil, hold, failRandom)
+		}
+	}
+	if cfg == nil {
+		cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
+		var err error
+		cfg, provider, err = a.LoadConfig(cctx, a.Cmdline)
+		cancel()
+		if err != nil {
+			if netErr != nil {
+				a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err, "network_error", netErr)
+				return a.failure(ctx, nil, hold, failNetwork)
+			}
+			a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err)
+			return a.failure(ctx, nil, hold, api.StepLoadConfig)
+		}
 	}
 
 	provider = a.withReporter(cfg, provider, netRes)
@@ -114,9 +151,20 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		defer ship.Close()
 	}
 
+	if netErr == nil {
+		if err := a.waitRandom(ctx, log, configNeedsTLS(cfg)); err != nil {
+			log.Error("run failed", "mode", cfg.Mode, "error", err)
+			if ship != nil {
+				ship.Close()
+			}
+			return a.failure(ctx, cfg, hold, failRandom)
+		}
+	}
+
 	r := a.NewPipeline(cfg, provider, log)
 	rctx, cancel := context.WithTimeout(ctx, RunTimeout)
 	defer cancel()
+	var err error
 	switch cfg.Mode {
 	case config.ModeDeprovision, config.ModeSoftDeprovision:
 		err = r.Deprovision(rctx)
@@ -128,9 +176,14 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		if ship != nil {
 			ship.Close()
 		}
-		return a.failure(ctx, cfg, hold)
+		return a.failure(ctx, cfg, hold, provision.FailedStep(err))
 	}
 	h := Decide(cfg, r.FirmwareChanged(), r.Kexec())
+	if a.Failures != nil {
+		if err := a.Failures.Clear(); err != nil {
+			log.Warn("the next failure policy delay may not start from its base", "error", err)
+		}
+	}
 	log.Info("run succeeded; handing off", "action", h.Action.String())
 	if ship != nil {
 		ship.Close()
@@ -138,22 +191,18 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	return h
 }
 
-// network configures the agent's network from ip= or DHCP.
-func (a *Agent) network(ctx context.Context) (*network.Result, error) {
-	opts := network.Options{Logger: a.Log, Timeout: NetworkTimeout}
-	if v, ok := a.Cmdline.Get("ip"); ok {
-		sc, err := network.ParseIPParam(v)
-		if err != nil {
-			return nil, fmt.Errorf("kernel parameter ip=%s: %w", v, err)
-		}
-		if sc.Method == network.MethodOff {
-			a.Log.Info("network disabled by ip=" + v)
-			return nil, nil
-		}
-		if sc.Method == network.MethodStatic {
-			opts.Static = sc
-		}
+// network configures the agent's network as planNetwork decides from ip=
+// and the local config (nil when there is none).
+func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*network.Result, error) {
+	plan, err := planNetwork(a.Cmdline, local)
+	if err != nil {
+		return nil, err
 	}
+	if plan.Off {
+		a.Log.Info("network disabled by kernel parameter ip=")
+		return nil, nil
+	}
+	opts := network.Options{Logger: a.Log, Timeout: NetworkTimeout, Static: plan.Static, Interfaces: plan.Interfaces}
 	nctx, cancel := context.WithTimeout(ctx, NetworkTimeout)
 	defer cancel()
 	res, err := a.ConfigureNetwork(nctx, opts)
@@ -161,7 +210,7 @@ func (a *Agent) network(ctx context.Context) (*network.Result, error) {
 		return nil, err
 	}
 	a.Log.Info("network up", "interface", res.Interface, "mac", res.MAC, "address", res.Address.String(),
-		"gateway", res.Gateway.String(), "method", string(res.Method))
+		"gateway", res.Gateway.String(), "method", string(res.Method), "from", plan.Source)
 	return res, nil
 }
 
@@ -233,8 +282,10 @@ func Decide(cfg *config.MachineConfig, firmwareChanged bool, k *provision.KexecE
 }
 
 // failure applies the failure policy: hold when asked (config or
-// booty.debug=hold), otherwise wait the delay and reboot or power off.
-func (a *Agent) failure(ctx context.Context, cfg *config.MachineConfig, hold bool) initsys.Handoff {
+// booty.debug=hold), otherwise record the failed boot of this kind in
+// Failures and wait the delay, doubled for each consecutive failed boot of
+// the same kind before it (see failDelay), then reboot or power off.
+func (a *Agent) failure(ctx context.Context, cfg *config.MachineConfig, hold bool, kind string) initsys.Handoff {
 	action, delay := config.FailureReboot, DefaultFailDelay
 	if cfg != nil {
 		if cfg.OnFailure.Action != "" {
@@ -244,11 +295,23 @@ func (a *Agent) failure(ctx context.Context, cfg *config.MachineConfig, hold boo
 			delay = cfg.OnFailure.Delay.Duration
 		}
 	}
+	if kind == "" {
+		kind = failRun
+	}
 	if hold || action == config.FailureHold {
 		a.Log.Error("holding the machine for debugging (failure policy hold or booty.debug=hold)")
 		return initsys.Handoff{Action: initsys.Hold}
 	}
-	a.Log.Error(fmt.Sprintf("failure policy: %s in %s", action, delay))
+	if a.Failures != nil {
+		n, err := a.Failures.Record(kind)
+		if err != nil {
+			a.Log.Warn("cannot remember this failed boot; the delay does not grow", "error", err)
+		}
+		delay = failDelay(delay, n)
+		a.Log.Error(fmt.Sprintf("failure policy: %s in %s", action, delay), "kind", kind, "consecutive_failed_boots", n)
+	} else {
+		a.Log.Error(fmt.Sprintf("failure policy: %s in %s", action, delay), "kind", kind)
+	}
 	a.Sleep(ctx, delay)
 	if action == config.FailurePoweroff {
 		return initsys.Handoff{Action: initsys.Poweroff}

@@ -59,7 +59,39 @@ func (v EFIVars) log() *slog.Logger {
 }
 
 func (v EFIVars) path(name string) string {
+	if strings.Contains(name, "-") {
+		return filepath.Join(v.dir(), name) // already "<Name>-<GUID>"
+	}
 	return filepath.Join(v.dir(), name+"-"+globalVariableGUID)
+}
+
+// BootyVendorGUID is the vendor GUID of booty's own EFI variables, so they
+// never collide with the firmware's or another OS's.
+const BootyVendorGUID = "5d9b7a1e-3c4f-4b8e-9a61-0b0074790001"
+
+// Available reports whether Dir exists (efivarfs is mounted on a UEFI
+// machine; a test's directory stands for it).
+func (v EFIVars) Available() bool {
+	fi, err := os.Stat(v.dir())
+	return err == nil && fi.IsDir()
+}
+
+// ReadBootyVar returns the data of booty's variable name (BootyVendorGUID);
+// the error wraps fs.ErrNotExist when it does not exist.
+func (v EFIVars) ReadBootyVar(name string) ([]byte, error) {
+	_, data, err := v.read(name + "-" + BootyVendorGUID)
+	return data, err
+}
+
+// WriteBootyVar creates or replaces booty's variable name
+// (BootyVendorGUID), non-volatile and readable at runtime.
+func (v EFIVars) WriteBootyVar(name string, data []byte) error {
+	return v.write(name+"-"+BootyVendorGUID, efiNVBSRT, data)
+}
+
+// RemoveBootyVar deletes booty's variable name; a missing one is not an error.
+func (v EFIVars) RemoveBootyVar(name string) error {
+	return v.remove(name + "-" + BootyVendorGUID)
 }
 
 // bootVarName is "Boot%04X", upper-case hex as the spec requires.

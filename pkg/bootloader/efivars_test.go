@@ -3,6 +3,8 @@ package bootloader
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -265,5 +267,38 @@ func TestLowestFree(t *testing.T) {
 	}
 	if _, err := lowestFree(all); err == nil {
 		t.Error("full table: no error")
+	}
+}
+
+func TestBootyVar(t *testing.T) {
+	v := fakeVars(t)
+	if !v.Available() || (EFIVars{Dir: filepath.Join(v.Dir, "absent")}).Available() {
+		t.Fatal("Available does not follow the directory")
+	}
+	if _, err := v.ReadBootyVar("BootyFailures"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing variable: err = %v, want fs.ErrNotExist", err)
+	}
+	for _, data := range [][]byte{[]byte("network 1"), []byte("load-config 12")} {
+		if err := v.WriteBootyVar("BootyFailures", data); err != nil {
+			t.Fatal(err)
+		}
+		got, err := v.ReadBootyVar("BootyFailures")
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("ReadBootyVar = %q, %v; want %q", got, err, data)
+		}
+	}
+	// On disk: booty's vendor GUID, non-volatile, boot and runtime access.
+	attrs, data := getVar(t, v, "BootyFailures-"+BootyVendorGUID)
+	if attrs != efiNVBSRT || string(data) != "load-config 12" {
+		t.Errorf("variable file = attrs %#x data %q", attrs, data)
+	}
+	if err := v.RemoveBootyVar("BootyFailures"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.RemoveBootyVar("BootyFailures"); err != nil {
+		t.Fatalf("removing a missing variable: %v", err)
+	}
+	if _, err := v.ReadBootyVar("BootyFailures"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after remove: err = %v, want fs.ErrNotExist", err)
 	}
 }

@@ -56,6 +56,7 @@ type chainOptions struct {
 	mount                                 MountFunc
 	unmount                               UnmountFunc
 	macs                                  func() ([]string, error)
+	allowHTTP                             bool
 }
 
 // WithSysRoot sets the sysfs root (default /sys) for the config drive and MAC discovery.
@@ -87,6 +88,11 @@ func WithBackoff(b Backoff) ChainOption { return func(o *chainOptions) { o.backo
 // WithLogger sets the logger handed to every provider.
 func WithLogger(l *slog.Logger) ChainOption { return func(o *chainOptions) { o.log = l } }
 
+// WithInsecureHTTP passes the operator's opt-in to plain http (kernel
+// parameter booty.insecure-http=1) to providers built without a command
+// line (LocalProviders); ProvidersFromCmdline reads it from the command line.
+func WithInsecureHTTP(allow bool) ChainOption { return func(o *chainOptions) { o.allowHTTP = allow } }
+
 // WithMACs replaces the MAC discovery of the bootyd provider.
 func WithMACs(f func() ([]string, error)) ChainOption { return func(o *chainOptions) { o.macs = f } }
 
@@ -104,14 +110,33 @@ func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []Provider {
 	if src, ok := cl.Get(CmdlineConfig); ok && src != "" {
 		ps = append(ps, &URLProvider{Source: src, CACert: o.caCert, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP, Log: o.log})
 	}
-	ps = append(ps, &ConfigDriveProvider{
-		SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
-		Mount: o.mount, Unmount: o.unmount, Log: o.log,
-	})
-	ps = append(ps, &DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP, Log: o.log})
+	o.allowHTTP = o.allowHTTP || allowHTTP
+	ps = append(ps, localProviders(o)...)
 	if srv, ok := cl.Get(CmdlineServer); ok && srv != "" {
 		ps = append(ps, &ServerProvider{URL: srv, CACert: o.caCert, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP,
 			SysRoot: o.sysRoot, MACs: o.macs, Log: o.log})
 	}
 	return ps
+}
+
+// LocalProviders builds the providers that need no network, in the chain's
+// order: the config drive (labels BOOTY, config-2), then /deploy in the
+// initramfs. The agent asks them before it brings the network up, so that
+// their network: section can configure it.
+func LocalProviders(opts ...ChainOption) []Provider {
+	var o chainOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return localProviders(o)
+}
+
+func localProviders(o chainOptions) []Provider {
+	return []Provider{
+		&ConfigDriveProvider{
+			SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
+			Mount: o.mount, Unmount: o.unmount, Log: o.log,
+		},
+		&DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, AllowHTTP: o.allowHTTP, Log: o.log},
+	}
 }

@@ -236,9 +236,14 @@ func (c *MachineConfig) validate() []problem {
 	var prefix netip.Prefix
 	if n.Address != "" {
 		p, err := netip.ParsePrefix(n.Address)
-		if err != nil {
+		switch {
+		case err != nil:
 			add("network.address", "want an address in CIDR form like \"192.0.2.10/24\", got %q", n.Address)
-		} else {
+		case !p.Addr().Is4():
+			// The agent's own network is IPv4 (ip=, DHCPv4): network.ParseStatic,
+			// which applies it, takes nothing else.
+			add("network.address", "want an IPv4 address in CIDR form like \"192.0.2.10/24\" (the agent's network is IPv4), got %q", n.Address)
+		default:
 			prefix = p
 		}
 	}

@@ -191,6 +191,12 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 	} else {
 		res, err = dhcpAny(ctx, opts, up)
 		if err != nil {
+			// Name every link tried: those without carrier were left out of DHCP.
+			if down := slices.DeleteFunc(slices.Clone(links), func(l netlink.Link) bool {
+				return slices.Contains(linkNames(up), l.Attrs().Name)
+			}); len(down) > 0 {
+				err = fmt.Errorf("%w; no carrier within %s on %v", err, opts.CarrierTimeout, linkNames(down))
+			}
 			return nil, err
 		}
 	}
@@ -397,11 +403,11 @@ func dhcpOnce(ctx context.Context, opts Options, l netlink.Link) (*Result, error
 	if opts.Static != nil && opts.Static.Hostname != "" {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(opts.Static.Hostname)))
 	}
-	lease, err := client.Request(ctx, mods...)
+	ack, err := dhcpExchange(ctx, client, l.Attrs().HardwareAddr, mods...)
 	if err != nil {
 		return nil, err
 	}
-	return leaseResult(name, l.Attrs().HardwareAddr, lease.ACK)
+	return leaseResult(name, l.Attrs().HardwareAddr, ack)
 }
 
 // leaseResult turns an ACK into a Result; an ACK without an address or

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,7 +114,11 @@ func (n *testNet) dhcpServer(t *testing.T, ifname string) {
 		default:
 			return
 		}
-		resp, err := dhcpv4.NewReplyFromRequest(m,
+		// Built without dhcpv4.NewReplyFromRequest, whose random
+		// transaction ID would block under TestConfigureDHCPWithoutRandomness.
+		resp := newPacket(m.TransactionID,
+			dhcpv4.WithReply(m),
+			dhcpv4.WithGatewayIP(m.GatewayIPAddr),
 			dhcpv4.WithMessageType(mt),
 			dhcpv4.WithYourIP(net.IPv4(10, 123, 0, 10)),
 			dhcpv4.WithServerIP(net.IPv4(10, 123, 0, 1)),
@@ -126,10 +131,6 @@ func (n *testNet) dhcpServer(t *testing.T, ifname string) {
 			dhcpv4.WithOption(dhcpv4.OptHostName("node-1")),
 			dhcpv4.WithOption(dhcpv4.OptBootFileName("booty.efi")),
 		)
-		if err != nil {
-			t.Errorf("build dhcp reply: %v", err)
-			return
-		}
 		// The client has no address yet: answer by broadcast on the bound interface.
 		if _, err := conn.WriteTo(resp.ToBytes(), &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}); err != nil {
 			t.Errorf("send dhcp reply: %v", err)
@@ -304,12 +305,20 @@ func TestConfigureTimeouts(t *testing.T) {
 	t.Run("no lease", func(t *testing.T) {
 		n := newTestNet(t)
 		n.veth(t, "srv0", "cli0", "10.123.0.1/24", false) // nobody serves DHCP
+		n.veth(t, "srv1", "cli1", "10.124.0.1/24", true)  // no carrier
 		opts := n.opts(t)
 		opts.DHCPTimeout, opts.DHCPAttempts = 300*time.Millisecond, 2
+		opts.CarrierTimeout = 500 * time.Millisecond
 		start := time.Now()
 		_, err := Configure(t.Context(), opts)
 		if !errors.Is(err, ErrNoLease) {
 			t.Fatalf("err = %v, want ErrNoLease", err)
+		}
+		// Every link tried is named with why it failed.
+		for _, want := range []string{"dhcp on cli0: no offer", "no carrier within 500ms on [cli1]"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("err = %v, want it to say %q", err, want)
+			}
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("gave up after %s, want about 2x300ms plus backoff", d)

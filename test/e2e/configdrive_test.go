@@ -43,21 +43,13 @@ func TestConfigDrive(t *testing.T) {
 	// the guest is not told where it is: no booty.server= on the cmdline.
 	m, err := lab.AddMachine(harness.MachineSpec{Config: cfg, Token: cfg.Server.Token,
 		VMConfig: func(c *vm.Config) {
-			c.Disks = append(c.Disks, vm.Disk{Path: drive, Format: "raw", Interface: "virtio", Serial: "config-drive"})
+			c.Disks = append(c.Disks, configDriveDisk(drive))
 			c.Append = "console=ttyS0,115200 panic=-1 " + harness.InsecureHTTP
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := buildArtifacts(t)
-	m.BootT(t, a.kernel, a.initrd)
-	st := waitOutcome(t, m)
-	if st.State != api.StateProvisioned {
-		t.Fatalf("state = %q; steps %v", st.State, stepStates(st))
-	}
-	if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
-		t.Fatal(err)
-	}
+	bootToProvisioned(t, lab, m)
 	after, err := os.ReadFile(drive)
 	if err != nil {
 		t.Fatal(err)
@@ -93,4 +85,24 @@ func makeConfigDrive(t *testing.T, cfg *config.MachineConfig) string {
 		}
 	}
 	return drive
+}
+
+// configDriveDisk attaches a config drive image as a virtio disk.
+func configDriveDisk(path string) vm.Disk {
+	return vm.Disk{Path: path, Format: "raw", Interface: "virtio", Serial: "config-drive"}
+}
+
+// bootToProvisioned boots m, waits for its outcome, and fails the test
+// unless it is provisioned with the demo image on its disk.
+func bootToProvisioned(t *testing.T, lab *harness.Lab, m *harness.Machine) {
+	t.Helper()
+	a := buildArtifacts(t)
+	m.BootT(t, a.kernel, a.initrd)
+	st := waitOutcome(t, m)
+	if st.State != api.StateProvisioned {
+		t.Fatalf("state = %q; steps %v", st.State, stepStates(st))
+	}
+	if err := harness.DiskHoldsImage(m.Disk, lab.FilePath(harness.DemoImage)); err != nil {
+		t.Fatal(err)
+	}
 }

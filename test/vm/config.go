@@ -166,6 +166,10 @@ type Config struct {
 	Logger *slog.Logger
 	// NoRNG leaves out the virtio-rng device that is attached by default.
 	NoRNG bool
+	// CPU is the -cpu model; empty means the accelerator's (host under
+	// KVM, max under TCG, both with RDRAND). "qemu64" is a CPU without
+	// RDRAND: with NoRNG, a guest without any hardware RNG.
+	CPU string
 }
 
 // withDefaults returns a copy of c with empty fields set to their defaults.
@@ -247,6 +251,16 @@ func (c Config) args(accel Accel, varsPath string) ([]string, error) {
 	aa, err := AccelArgs(accel)
 	if err != nil {
 		return nil, err
+	}
+	if c.CPU != "" {
+		if strings.ContainsAny(c.CPU, " \t\n") {
+			return nil, fmt.Errorf("%w: cpu model %q has whitespace", ErrBadConfig, c.CPU)
+		}
+		for i := range aa {
+			if aa[i] == "-cpu" && i+1 < len(aa) {
+				aa[i+1] = c.CPU
+			}
+		}
 	}
 	a = append(a, aa...)
 	a = append(a,

@@ -274,3 +274,27 @@ func TestArgsRNG(t *testing.T) {
 		t.Fatalf("NoRNG: -device values = %q", got)
 	}
 }
+
+func TestArgsCPU(t *testing.T) {
+	for _, tt := range []struct {
+		accel Accel
+		cpu   string
+		want  []string
+	}{
+		{AccelTCG, "", []string{"max"}},
+		{AccelKVM, "", []string{"host"}},
+		{AccelTCG, "qemu64", []string{"qemu64"}},
+		{AccelKVM, "qemu64", []string{"qemu64"}},
+	} {
+		args, err := Config{CPU: tt.cpu}.withDefaults().args(tt.accel, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pairs(args, "-cpu"); !slices.Equal(got, tt.want) {
+			t.Errorf("%s with CPU %q: -cpu values = %q, want %q", tt.accel, tt.cpu, got, tt.want)
+		}
+	}
+	if _, err := (Config{CPU: "qemu64 -x"}).withDefaults().args(AccelTCG, ""); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("cpu with a space: err = %v, want ErrBadConfig", err)
+	}
+}

@@ -300,44 +300,40 @@ func (db *DB) writeOnce(ctx context.Context, op string, fn func(tx *sql.Tx) erro
 	return nil
 }
 
-// retryable reports whether a failed transaction may succeed when run again.
+// errCode returns the engine's code of a database error: PostgreSQL's
+// SQLSTATE, or SQLite's extended result code; "" and 0 for other errors.
+func errCode(err error) (sqlstate string, sqliteCode int) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code, 0
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return "", se.Code()
+	}
+	return "", 0
+}
+
+// retryable reports whether a failed transaction may succeed when run again:
+// PostgreSQL's serialization_failure and deadlock_detected, SQLite's BUSY
+// and LOCKED (any extended code of them).
 func (db *DB) retryable(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "40001" || pe.Code == "40P01" // serialization_failure, deadlock_detected
-	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		c := se.Code() & 0xff
-		return c == 5 || c == 6 // SQLITE_BUSY, SQLITE_LOCKED
-	}
-	return false
+	state, code := errCode(err)
+	return state == "40001" || state == "40P01" || code&0xff == 5 || code&0xff == 6
 }
 
-// isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY violation.
+// isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY violation
+// (SQLITE_CONSTRAINT_UNIQUE 2067, SQLITE_CONSTRAINT_PRIMARYKEY 1555).
 func isUniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "23505"
-	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		return se.Code() == 2067 || se.Code() == 1555 // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
-	}
-	return false
+	state, code := errCode(err)
+	return state == "23505" || code == 2067 || code == 1555
 }
 
-// isForeignKeyViolation reports whether err is a foreign-key violation.
+// isForeignKeyViolation reports whether err is a foreign-key violation
+// (SQLITE_CONSTRAINT_FOREIGNKEY 787).
 func isForeignKeyViolation(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "23503"
-	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		return se.Code() == 787 // SQLITE_CONSTRAINT_FOREIGNKEY
-	}
-	return false
+	state, code := errCode(err)
+	return state == "23503" || code == 787
 }
 
 // q rewrites a query written with ? placeholders for the engine: PostgreSQL

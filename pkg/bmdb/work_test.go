@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/bmdb"
+	"github.com/booty-dev/booty/pkg/bmdb/bmdbtest"
 )
 
 func startSession(t *testing.T, db *bmdb.DB, interval time.Duration) *bmdb.Session {
@@ -155,6 +156,20 @@ func TestReclaimAfterSessionExpiry(t *testing.T) {
 		if n := must[int64](t)(db.QueryIntForTest(ctx(t), "SELECT COUNT(*) FROM work WHERE session_id = ?", c.ID())); n != 0 {
 			t.Fatalf("%d work rows of a swept session", n)
 		}
+
+		// A machine with work held by a live session is not deleted.
+		must[bmdb.Machine](t)(db.Transition(ctx(t), m.ID, bmdb.Transition{To: bmdb.StateDeleting, Reason: "Delete"}))
+		wd := must[*bmdb.Work](t)(b.Claim(ctx(t), "recover", bmdb.Filter{MachineID: m.ID}))
+		wantErr(t, db.DeleteMachine(ctx(t), m.ID), bmdb.ErrConflict)
+		if err := wd.Finish(ctx(t), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.DeleteMachine(ctx(t), m.ID); err != nil {
+			t.Fatal(err)
+		}
+		if len(must[[]bmdb.WorkEvent](t)(db.WorkHistory(ctx(t), m.ID))) == 0 {
+			t.Fatal("the work history went with the machine")
+		}
 	})
 }
 
@@ -280,4 +295,36 @@ func TestSessionKeeperFlakyDatabase(t *testing.T) {
 		_, err := s.Claim(ctx(t), "p", bmdb.Filter{MachineID: m.ID})
 		wantErr(t, err, bmdb.ErrSessionExpired)
 	})
+}
+
+// On PostgreSQL, a real fault: every connection of the session's database is
+// killed again and again (pg_terminate_backend); the pool reconnects and the
+// session lives on.
+func TestSessionSurvivesKilledConnections(t *testing.T) {
+	dsn := bmdbtest.PostgresDSN(t)
+	db := open(t, dsn)
+	killer := open(t, dsn)
+	s := startSession(t, db, time.Second)
+	kills := 0
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); {
+		n, err := killer.QueryIntForTest(ctx(t), `SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()) k WHERE ok`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kills += int(n)
+		if err := s.Err(); err != nil {
+			t.Fatalf("session ended after %d killed connections: %v", kills, err)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	if kills == 0 {
+		t.Fatal("no connection was killed: the test exercised nothing")
+	}
+	m := mustMachine(t, db, "after-kills", 1)
+	w := must[*bmdb.Work](t)(s.Claim(ctx(t), "p", bmdb.Filter{MachineID: m.ID}))
+	if err := w.Finish(ctx(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d connections killed", kills)
 }

@@ -46,6 +46,34 @@ func TestMigrationsTwice(t *testing.T) {
 	}
 }
 
+// Replicas starting together on an empty database migrate it once.
+func TestConcurrentOpen(t *testing.T) {
+	for _, e := range bmdbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			dsn := e.DSN(t)
+			errs := make(chan error, 4)
+			for i := 0; i < 4; i++ {
+				go func() {
+					db, err := bmdb.Open(ctx(t), dsn)
+					if err == nil {
+						db.Close()
+					}
+					errs <- err
+				}()
+			}
+			for i := 0; i < 4; i++ {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			db := open(t, dsn)
+			if n := must[int64](t)(db.QueryIntForTest(ctx(t), "SELECT COUNT(*) FROM schema_migrations")); n != int64(must[int](t)(db.SchemaVersion(ctx(t)))) {
+				t.Fatalf("%d migration rows", n)
+			}
+		})
+	}
+}
+
 func TestOpenRejectsBadDSN(t *testing.T) {
 	for _, dsn := range []string{"", "mysql://x/y", "sqlite://"} {
 		if _, err := bmdb.Open(ctx(t), dsn); err == nil {

@@ -33,6 +33,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,6 +170,10 @@ func startPostgres() (*postgres, error) {
 		p.stop()
 		return nil, fmt.Errorf("connect to the test PostgreSQL: %w", err)
 	}
+	if err := p.watchdog(); err != nil {
+		p.stop()
+		return nil, err
+	}
 	ok = true
 	fmt.Fprintf(os.Stderr, "bmdbtest: PostgreSQL (%s) running on socket dir %s\n", bin, dir)
 	return p, nil
@@ -197,6 +202,24 @@ func (p *postgres) dropRoot() error {
 	}
 	p.runAs = []string{"runuser", "-u", u.Username, "--"}
 	return nil
+}
+
+// watchdog starts a detached shell that stops the server and removes its
+// directory once this process is gone, however it ended (a test timeout
+// panics past deferred calls, kill -9 skips everything).
+func (p *postgres) watchdog() error {
+	const script = `pid=$1 dir=$2 data=$3 pgctl=$4; shift 4
+while kill -0 "$pid" 2>/dev/null; do sleep 1; done
+"$@" "$pgctl" -D "$data" -m immediate -w stop >/dev/null 2>&1
+rm -rf "$dir"`
+	args := append([]string{"-c", script, "bmdbtest-watchdog", strconv.Itoa(os.Getpid()), p.dir,
+		filepath.Join(p.dir, "data"), filepath.Join(p.bin, "pg_ctl")}, p.runAs...)
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the PostgreSQL watchdog: %w", err)
+	}
+	return cmd.Process.Release()
 }
 
 func (p *postgres) run(timeout time.Duration, name string, args ...string) ([]byte, error) {

@@ -346,14 +346,17 @@ func (b Backoff) Next(last time.Duration) time.Duration {
 	return next
 }
 
-// jittered shortens d by up to Jitter of it, in whole milliseconds, never
-// under 1 s.
+// jittered shortens d by up to Jitter of it, at random, rounded up to whole
+// seconds, never under 1 s.
 func (b Backoff) jittered(d time.Duration) time.Duration {
 	if b.Jitter <= 0 {
 		return d
 	}
-	cut := time.Duration(mrand.Float64() * b.Jitter * float64(d))
-	return max(d-cut, time.Second).Truncate(time.Millisecond)
+	w := d - time.Duration(mrand.Float64()*b.Jitter*float64(d))
+	if r := w % time.Second; r != 0 {
+		w += time.Second - r
+	}
+	return max(w, time.Second)
 }
 
 // WorkEvent is one entry of the work history.

@@ -62,12 +62,15 @@ func Engines() []Engine {
 	return es
 }
 
-// PostgresDSN returns the DSN of a fresh PostgreSQL database for t, or fails
-// t when Main did not start PostgreSQL.
+// PostgresDSN returns the DSN of a fresh PostgreSQL database for t. When Main
+// did not start PostgreSQL it skips t, loudly, or fails it under CI.
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
 	if pg == nil {
-		t.Fatal("bmdbtest: PostgreSQL is not running (is it installed? see hack/deps.sh)")
+		if ci() {
+			t.Fatal("bmdbtest: PostgreSQL is not running; it is required under CI (hack/deps.sh installs it)")
+		}
+		t.Skip("bmdbtest: SKIPPED: PostgreSQL is not running (install Debian's postgresql: hack/deps.sh)")
 	}
 	return pg.newDatabase(t)
 }

@@ -88,6 +88,7 @@ type options struct {
 	logBytesPerMachine int64
 	eventsPerMachine   int
 	installsPerMachine int
+	workHistoryLimit   int
 	maxDiscovered      int
 	maxHardwareReport  int
 	commandPoll        time.Duration
@@ -118,6 +119,10 @@ func WithLogLimit(bytes int64) Option { return func(o *options) { o.logBytesPerM
 // are dropped first.
 func WithEventLimit(n int) Option { return func(o *options) { o.eventsPerMachine = n } }
 
+// WithWorkHistoryLimit sets the work history entries kept per machine
+// (default 1,000); the oldest are dropped first.
+func WithWorkHistoryLimit(n int) Option { return func(o *options) { o.workHistoryLimit = n } }
+
 // WithMaxDiscovered bounds the machines that enrollment may create
 // (status discovered; default 10,000); beyond it Enroll returns ErrLimit.
 func WithMaxDiscovered(n int) Option { return func(o *options) { o.maxDiscovered = n } }
@@ -135,6 +140,7 @@ func defaultOptions() options {
 		logBytesPerMachine: 1 << 20,
 		eventsPerMachine:   500,
 		installsPerMachine: 16,
+		workHistoryLimit:   1000,
 		maxDiscovered:      10000,
 		maxHardwareReport:  1 << 20,
 		commandPoll:        time.Second,
@@ -213,6 +219,8 @@ func (o options) check() error {
 		return fmt.Errorf("open bmdb: log limit %d bytes is under 1 KiB: %w", o.logBytesPerMachine, ErrInvalid)
 	case o.eventsPerMachine < 10:
 		return fmt.Errorf("open bmdb: event limit %d is under 10: %w", o.eventsPerMachine, ErrInvalid)
+	case o.workHistoryLimit < 10:
+		return fmt.Errorf("open bmdb: work history limit %d is under 10: %w", o.workHistoryLimit, ErrInvalid)
 	case o.maxDiscovered < 0:
 		return fmt.Errorf("open bmdb: negative discovered-machine limit: %w", ErrInvalid)
 	case o.commandPoll < 10*time.Millisecond:

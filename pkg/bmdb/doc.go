@@ -43,7 +43,8 @@
 //	events          the history of a machine, bounded per machine (default 500)
 //	sessions        component sessions: component, interval, deadline
 //	work            (machine, process) UNIQUE → the session holding it
-//	work_history    started / finished / failed / cancelled, with cause
+//	work_history    started / finished / failed / cancelled, with cause; bounded per
+//	                machine (default 1,000), kept when the machine is deleted
 //	work_backoff    (machine, process) → until, cause, last interval
 //
 // # Lifecycle

@@ -182,6 +182,16 @@ func (db *DB) addWorkHistory(ctx context.Context, tx *sql.Tx, machine string, p 
 	if err != nil {
 		return fmt.Errorf("work history of %s on %s: %w", p, machine, err)
 	}
+	if ev != WorkStarted {
+		return nil
+	}
+	// Bound the machine's history, pruning once per claim.
+	_, err = tx.ExecContext(ctx, db.q(`DELETE FROM work_history WHERE machine_id = ? AND id <=
+		(SELECT id FROM work_history WHERE machine_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`),
+		machine, machine, db.opts.workHistoryLimit)
+	if err != nil {
+		return fmt.Errorf("prune work history of %s: %w", machine, err)
+	}
 	return nil
 }
 

@@ -328,3 +328,43 @@ func TestSessionSurvivesKilledConnections(t *testing.T) {
 	}
 	t.Logf("%d connections killed", kills)
 }
+
+// Filter.AgentSilentFor picks machines whose agent is silent: never
+// enrolled, ended, or last heard from too long ago (written as data). The
+// work history stays bounded per machine.
+func TestClaimSilentAgentsAndHistoryBound(t *testing.T) {
+	engines(t, func(t *testing.T, db *bmdb.DB) {
+		s := startSession(t, db, 10*time.Second)
+		talking := must[bmdb.Enrolled](t)(db.Enroll(ctx(t), bmdb.Enrollment{MACs: []string{mac(1)}})).Machine
+		silent := must[bmdb.Enrolled](t)(db.Enroll(ctx(t), bmdb.Enrollment{MACs: []string{mac(2)}})).Machine
+		never := mustMachine(t, db, "never", 3)
+		must[int64](t)(db.ExecForTest(ctx(t), "UPDATE agent_sessions SET heartbeat_at = ? WHERE machine_id = ?", time.Now().Add(-time.Hour).UnixMilli(), silent.ID))
+		got := map[string]bool{}
+		for {
+			w, err := s.Claim(ctx(t), "recover", bmdb.Filter{AgentSilentFor: 10 * time.Minute})
+			if errors.Is(err, bmdb.ErrNothingToDo) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[w.MachineID] = true
+			if len(got) > 3 {
+				t.Fatal("claimed more machines than exist")
+			}
+		}
+		if !got[silent.ID] || !got[never.ID] || got[talking.ID] || len(got) != 2 {
+			t.Fatalf("claimed %v: want the silent and the never-enrolled machine, not the talking one", got)
+		}
+
+		for i := 0; i < 30; i++ {
+			w := must[*bmdb.Work](t)(s.Claim(ctx(t), "loop", bmdb.Filter{MachineID: talking.ID}))
+			if err := w.Finish(ctx(t), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(must[[]bmdb.WorkEvent](t)(db.WorkHistory(ctx(t), talking.ID))); n > 10+1 {
+			t.Fatalf("%d work history entries kept for one machine, bound 10", n)
+		}
+	}, bmdb.WithWorkHistoryLimit(10))
+}

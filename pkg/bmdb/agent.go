@@ -408,8 +408,9 @@ type CommandResult struct {
 //
 // A failure keeps the state, sets status error with the command's error
 // type and counts it. The command is cleared either way; a success resets
-// the error count. A repeated report for a command already completed at gen
-// changes nothing; one for an older generation gives ErrStaleGeneration.
+// the error count. gen must be the pending command's generation: a repeated
+// report for a command already completed at gen changes nothing, any other
+// gives ErrStaleGeneration.
 func (db *DB) CompleteCommand(ctx context.Context, id string, gen int64, r CommandResult) (Machine, error) {
 	var changed bool
 	err := db.write(ctx, "complete command", func(tx *sql.Tx) error {
@@ -421,7 +422,7 @@ func (db *DB) CompleteCommand(ctx context.Context, id string, gen int64, r Comma
 		if m.Command == "" && gen == m.Generation {
 			return nil // completed already: a retried report
 		}
-		if m.Command == "" || gen != m.CommandGeneration || gen != m.Generation {
+		if m.Command == "" || gen != m.CommandGeneration {
 			return fmt.Errorf("complete command of machine %s: generation %d, machine is at %d (command %q at %d): %w",
 				m.Name, gen, m.Generation, m.Command, m.CommandGeneration, ErrStaleGeneration)
 		}

@@ -290,3 +290,37 @@ func TestLogsBounded(t *testing.T) {
 		}
 	}, bmdb.WithLogLimit(limit))
 }
+
+// Reports carry the command's (or the install's) generation: an operator
+// editing the spec during an inspection, or the BMC during a provision, does
+// not strand the agent's reports; a newer install does make them stale.
+func TestReportsFollowTheCommandGeneration(t *testing.T) {
+	engines(t, func(t *testing.T, db *bmdb.DB) {
+		m := mustMachine(t, db, "edit", 1)
+		m = must[bmdb.Machine](t)(db.Transition(ctx(t), m.ID, bmdb.Transition{To: bmdb.StateInspecting, Command: bmdb.CommandInspect, Reason: "Inspect"}))
+		inspectGen := m.Generation
+		m = must[bmdb.Machine](t)(db.UpdateMachine(ctx(t), m.ID, 0, bmdb.MachineUpdate{Spec: &bmdb.Spec{Hostname: "edited"}}))
+		if m.Generation != inspectGen+1 {
+			t.Fatalf("spec edit: generation %d, want %d", m.Generation, inspectGen+1)
+		}
+		m = must[bmdb.Machine](t)(db.CompleteCommand(ctx(t), m.ID, inspectGen, bmdb.CommandResult{}))
+		if m.State != bmdb.StateAvailable {
+			t.Fatalf("inspection after a spec edit ended in %s", m.State)
+		}
+
+		m = must[bmdb.Machine](t)(db.Transition(ctx(t), m.ID, bmdb.Transition{To: bmdb.StateProvisioning, Command: bmdb.CommandProvision, Reason: "Provision"}))
+		gen := m.Generation
+		must[bmdb.Machine](t)(db.UpdateMachine(ctx(t), m.ID, 0, bmdb.MachineUpdate{BMC: &bmdb.BMC{Address: "redfish://10.0.0.9/redfish/v1/Systems/1", CredentialsRef: "x"}}))
+		if err := db.ReportStep(ctx(t), m.ID, gen, bmdb.StepReport{Index: 1, Total: 1, Name: "stream-image", Result: bmdb.StepStarted}); err != nil {
+			t.Fatalf("step after a BMC edit: %v", err)
+		}
+		// Abort into deprovisioning: a newer install; the old one's reports are stale.
+		m = must[bmdb.Machine](t)(db.Transition(ctx(t), m.ID, bmdb.Transition{To: bmdb.StateDeprovisioning, Command: bmdb.CommandDeprovision, Reason: "Abort"}))
+		wantErr(t, db.ReportStep(ctx(t), m.ID, gen, bmdb.StepReport{Index: 1, Total: 1, Name: "stream-image", Result: bmdb.StepSucceeded}), bmdb.ErrStaleGeneration)
+		_, err := db.CompleteCommand(ctx(t), m.ID, gen, bmdb.CommandResult{})
+		wantErr(t, err, bmdb.ErrStaleGeneration)
+		if err := db.ReportProgress(ctx(t), m.ID, m.Generation, bmdb.Progress{Step: "wipe", BytesDone: 1}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

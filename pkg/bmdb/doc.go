@@ -59,12 +59,15 @@
 // transition appends an event (time, type, reason, message, generation). A
 // transition can issue a command for the agent (inspect, provision,
 // deprovision, reboot, poweroff); issuing one bumps the generation, as does
-// a change of the spec or BMC (UpdateMachine). Calls are idempotent: a
+// a change of the spec (UpdateMachine). Calls are idempotent: a
 // transition that finds the machine already where it leads changes nothing
 // and appends nothing. Generations guard against the stale: a transition or
 // update may carry the generation it was based on, and every agent report
 // (CompleteCommand, ReportStep, ReportProgress) must carry the current one;
-// otherwise ErrStaleGeneration and nothing changes.
+// otherwise ErrStaleGeneration and nothing changes. For agent reports the
+// current generation is the pending command's (CompleteCommand) or the
+// latest install's (steps, progress), so a spec edited while a machine is
+// inspecting does not strand the inspection.
 //
 // The usual path: CreateMachine (registering) or an enrollment (registering,
 // discovered) → Transition to inspecting with inspect → the agent's

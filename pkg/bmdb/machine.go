@@ -36,7 +36,7 @@ type Machine struct {
 	Command           CommandKind `json:"command,omitempty"`
 	CommandGeneration int64       `json:"commandGeneration,omitempty"`
 	CommandIssuedAt   time.Time   `json:"commandIssuedAt,omitzero"`
-	// Generation is bumped on every change of Spec, BMC or Command.
+	// Generation is bumped on every change of Spec or Command.
 	Generation int64 `json:"generation"`
 
 	CreatedAt      time.Time `json:"createdAt"`
@@ -496,7 +496,7 @@ type MachineUpdate struct {
 
 // UpdateMachine changes a machine's name, labels, BMC, spec or MACs. With a
 // non-zero generation it first checks it is the machine's (else
-// ErrStaleGeneration). A change of spec or BMC bumps the generation. The spec
+// ErrStaleGeneration). A change of the spec bumps the generation. The spec
 // cannot change while an install runs (preparing, provisioning,
 // deprovisioning): ErrConflict. Records an "Updated" event.
 func (db *DB) UpdateMachine(ctx context.Context, id string, generation int64, u MachineUpdate) (Machine, error) {
@@ -553,7 +553,6 @@ func (db *DB) UpdateMachine(ctx context.Context, id string, generation int64, u 
 			sets = append(sets, "bmc_address = ?", "bmc_credentials = ?", "bmc_insecure = ?")
 			args = append(args, u.BMC.Address, u.BMC.CredentialsRef, boolInt(u.BMC.DisableCertificateVerification))
 			changed = append(changed, "bmc")
-			gen = m.Generation + 1
 		}
 		if u.Spec != nil {
 			old, _ := encodeSpec(m.Spec)

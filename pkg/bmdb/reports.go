@@ -62,23 +62,20 @@ const (
 	maxDetailBytes = 16 << 10
 )
 
-// checkInstall finds the install a report at generation gen belongs to:
-// gen must be the machine's current generation and an install must exist
-// for it, else ErrStaleGeneration.
+// checkInstall checks that a report at generation gen belongs to machine
+// id's latest install, else ErrStaleGeneration (a newer install superseded
+// it, or there is none).
 func (db *DB) checkInstall(ctx context.Context, tx *sql.Tx, id string, gen int64, what string) (Machine, error) {
 	m, err := db.lockMachine(ctx, tx, id)
 	if err != nil {
 		return m, fmt.Errorf("%s: %w", what, err)
 	}
-	if gen != m.Generation {
-		return m, fmt.Errorf("%s of machine %s: generation %d, machine is at %d: %w", what, m.Name, gen, m.Generation, ErrStaleGeneration)
-	}
-	var n int
-	if err := tx.QueryRowContext(ctx, db.q("SELECT COUNT(*) FROM installs WHERE machine_id = ? AND generation = ?"), id, gen).Scan(&n); err != nil {
+	var latest sql.NullInt64
+	if err := tx.QueryRowContext(ctx, db.q("SELECT MAX(generation) FROM installs WHERE machine_id = ?"), id).Scan(&latest); err != nil {
 		return m, fmt.Errorf("%s of machine %s: %w", what, m.Name, err)
 	}
-	if n == 0 {
-		return m, fmt.Errorf("%s of machine %s: no install at generation %d: %w", what, m.Name, gen, ErrStaleGeneration)
+	if !latest.Valid || gen != latest.Int64 {
+		return m, fmt.Errorf("%s of machine %s: generation %d, the latest install is at %d: %w", what, m.Name, gen, latest.Int64, ErrStaleGeneration)
 	}
 	return m, nil
 }

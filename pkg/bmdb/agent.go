@@ -350,39 +350,61 @@ type Command struct {
 }
 
 // PendingCommand returns the command waiting for machine id's agent, or nil
-// when there is none.
+// when there is none (one query: long polls call it often).
 func (db *DB) PendingCommand(ctx context.Context, id string) (*Command, error) {
-	m, err := db.GetMachine(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("pending command: %w", err)
+	var kind, spec string
+	var gen, at int64
+	err := db.sql.QueryRowContext(ctx, db.q("SELECT command, command_generation, command_issued_at, spec FROM machines WHERE id = ?"), id).
+		Scan(&kind, &gen, &at, &spec)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("pending command of machine %s: %w", id, ErrNotFound)
 	}
-	if m.Command == "" {
+	if err != nil {
+		return nil, fmt.Errorf("pending command of machine %s: %w", id, err)
+	}
+	if kind == "" {
 		return nil, nil
 	}
-	return &Command{Kind: m.Command, Generation: m.CommandGeneration, IssuedAt: m.CommandIssuedAt, Spec: m.Spec}, nil
+	c := &Command{Kind: CommandKind(kind), Generation: gen, IssuedAt: fromMS(at)}
+	if err := json.Unmarshal([]byte(spec), &c.Spec); err != nil {
+		return nil, fmt.Errorf("pending command of machine %s: decode spec: %w", id, err)
+	}
+	return c, nil
 }
 
 // WaitCommand waits up to wait for a command for machine id's agent and
 // returns it, or nil when none came. A command issued by this process wakes
-// it at once; one issued by another replica is seen at the next poll (the
-// WithCommandPoll interval).
+// it at once, as does (on PostgreSQL, through LISTEN/NOTIFY) one issued by
+// another replica; it also re-reads every WithCommandPoll interval. A failed
+// read (a dropped connection) is retried with backoff within the wait; the
+// error is returned only if the wait ends without a good read after it.
 func (db *DB) WaitCommand(ctx context.Context, id string, wait time.Duration) (*Command, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	retry := 50 * time.Millisecond
 	for {
 		changed := db.notify.watch(id)
 		c, err := db.PendingCommand(ctx, id)
-		if err != nil || c != nil {
-			return c, err
+		next := db.opts.commandPoll
+		switch {
+		case err == nil && c != nil:
+			return c, nil
+		case errors.Is(err, ErrNotFound):
+			return nil, err
+		case err != nil:
+			db.log.Warn("long poll: read failed, retrying", "machine", id, "err", err)
+			next, retry = retry, min(2*retry, time.Second)
+		default:
+			retry = 50 * time.Millisecond
 		}
-		poll := time.NewTimer(db.opts.commandPoll)
+		poll := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
 			poll.Stop()
 			return nil, fmt.Errorf("wait for a command for machine %s: %w", id, ctx.Err())
 		case <-timer.C:
 			poll.Stop()
-			return nil, nil
+			return nil, err
 		case <-changed:
 		case <-poll.C:
 		}
@@ -484,7 +506,7 @@ func (db *DB) CompleteCommand(ctx context.Context, id string, gen int64, r Comma
 			}
 		}
 		changed = true
-		return nil
+		return db.notifyTx(ctx, tx, id)
 	})
 	if err != nil {
 		return Machine{}, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/bmdb"
+	"github.com/booty-dev/booty/pkg/bmdb/bmdbtest"
 )
 
 var hw = json.RawMessage(`{"cpu":{"arch":"x86_64","count":2},"ramMebibytes":2048,"storage":[{"name":"/dev/vda","sizeBytes":10737418240,"rotational":false,"type":"SSD"}]}`)
@@ -322,5 +323,56 @@ func TestReportsFollowTheCommandGeneration(t *testing.T) {
 		if err := db.ReportProgress(ctx(t), m.ID, m.Generation, bmdb.Progress{Step: "wipe", BytesDone: 1}); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// On PostgreSQL a command issued by one replica wakes a long poll waiting on
+// another at once (LISTEN/NOTIFY), also after the listener's connection was
+// killed; the poll interval is a minute, so only the notification can.
+func TestWaitCommandAcrossReplicas(t *testing.T) {
+	dsn := bmdbtest.PostgresDSN(t)
+	a := open(t, dsn, bmdb.WithCommandPoll(time.Minute))
+	b := open(t, dsn, bmdb.WithCommandPoll(time.Minute))
+	m := mustMachine(t, b, "replicas", 1)
+	wait := func(want bmdb.CommandKind, issue func()) {
+		t.Helper()
+		got := make(chan *bmdb.Command, 1)
+		errc := make(chan error, 1)
+		go func() {
+			c, err := a.WaitCommand(ctx(t), m.ID, 90*time.Second)
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- c
+		}()
+		time.Sleep(200 * time.Millisecond) // let it block
+		start := time.Now()
+		issue()
+		select {
+		case c := <-got:
+			if c == nil || c.Kind != want {
+				t.Fatalf("woken with %+v, want %s", c, want)
+			}
+			t.Logf("replica a woken %s after replica b issued %s", time.Since(start).Round(time.Millisecond), want)
+		case err := <-errc:
+			t.Fatal(err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("replica a not woken within 30s of replica b issuing %s", want)
+		}
+	}
+	wait(bmdb.CommandInspect, func() {
+		must[bmdb.Machine](t)(b.Transition(ctx(t), m.ID, bmdb.Transition{To: bmdb.StateInspecting, Command: bmdb.CommandInspect, Reason: "Inspect"}))
+	})
+	m = must[bmdb.Machine](t)(b.CompleteCommand(ctx(t), m.ID, must[bmdb.Machine](t)(b.GetMachine(ctx(t), m.ID)).Generation, bmdb.CommandResult{}))
+
+	// Kill every connection but b's own: a's listener among them.
+	n := must[int64](t)(b.QueryIntForTest(ctx(t), `SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()) k WHERE ok`))
+	if n == 0 {
+		t.Fatal("no connection killed")
+	}
+	wait(bmdb.CommandProvision, func() {
+		must[bmdb.Machine](t)(b.Transition(ctx(t), m.ID, bmdb.Transition{To: bmdb.StateProvisioning, Command: bmdb.CommandProvision, Reason: "Provision"}))
 	})
 }

@@ -74,6 +74,10 @@ type DB struct {
 	writeMu sync.Mutex
 
 	notify notifier
+	// dsn and stopListen/listenDone run the PostgreSQL change listener.
+	dsn        string
+	stopListen context.CancelFunc
+	listenDone chan struct{}
 
 	// faultHook, when set (tests only), is called at the start of every write
 	// transaction attempt with the operation's name; an error it returns
@@ -128,8 +132,8 @@ func WithWorkHistoryLimit(n int) Option { return func(o *options) { o.workHistor
 func WithMaxDiscovered(n int) Option { return func(o *options) { o.maxDiscovered = n } }
 
 // WithCommandPoll sets how often WaitCommand re-reads the database while it
-// waits (default 1 s). Changes made by this process wake it at once; the poll
-// is how it learns of changes made by other replicas.
+// waits (default 30 s), a safety net: changes made by this process wake it at
+// once, and on PostgreSQL so do other replicas' (LISTEN/NOTIFY).
 func WithCommandPoll(d time.Duration) Option { return func(o *options) { o.commandPoll = d } }
 
 func defaultOptions() options {
@@ -143,7 +147,7 @@ func defaultOptions() options {
 		workHistoryLimit:   1000,
 		maxDiscovered:      10000,
 		maxHardwareReport:  1 << 20,
-		commandPoll:        time.Second,
+		commandPoll:        30 * time.Second,
 	}
 }
 
@@ -159,7 +163,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	db := &DB{opts: o, log: o.logger.With("component", "bmdb")}
+	db := &DB{opts: o, log: o.logger.With("component", "bmdb"), dsn: dsn}
 	var err error
 	switch {
 	case dsn == "":
@@ -205,6 +209,11 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	if err := db.migrate(ctx); err != nil {
 		db.sql.Close()
 		return nil, err
+	}
+	if db.engine == EnginePostgres {
+		lctx, cancel := context.WithCancel(context.Background())
+		db.stopListen, db.listenDone = cancel, make(chan struct{})
+		go db.listen(lctx, db.listenDone)
 	}
 	return db, nil
 }
@@ -253,8 +262,15 @@ func redactDSN(dsn string) string {
 	return u.Redacted()
 }
 
-// Close closes the database connections.
-func (db *DB) Close() error { return db.sql.Close() }
+// Close stops the PostgreSQL change listener and closes the database
+// connections.
+func (db *DB) Close() error {
+	if db.stopListen != nil {
+		db.stopListen()
+		<-db.listenDone
+	}
+	return db.sql.Close()
+}
 
 // Engine returns EngineSQLite or EnginePostgres.
 func (db *DB) Engine() string { return db.engine }

@@ -283,7 +283,7 @@ func (db *DB) transitionTx(ctx context.Context, tx *sql.Tx, id string, t Transit
 	if err := db.addEvent(ctx, tx, id, evType, t.Reason, msg, gen); err != nil {
 		return m, false, err
 	}
-	return m, true, nil
+	return m, true, db.notifyTx(ctx, tx, id)
 }
 
 // addInstall records the install request of a provision or deprovision

@@ -593,7 +593,10 @@ func (db *DB) UpdateMachine(ctx context.Context, id string, generation int64, u 
 			}
 			return fmt.Errorf("update machine %s: %w", id, err)
 		}
-		return db.addEvent(ctx, tx, id, EventNormal, "Updated", "changed "+strings.Join(changed, ", "), gen)
+		if err := db.addEvent(ctx, tx, id, EventNormal, "Updated", "changed "+strings.Join(changed, ", "), gen); err != nil {
+			return err
+		}
+		return db.notifyTx(ctx, tx, id)
 	})
 	if err != nil {
 		return Machine{}, err
@@ -635,7 +638,7 @@ func (db *DB) DeleteMachine(ctx context.Context, id string) error {
 		if err != nil {
 			return fmt.Errorf("delete machine %s: %w", m.Name, err)
 		}
-		return nil
+		return db.notifyTx(ctx, tx, id)
 	})
 	if err == nil {
 		db.notify.changed(id)

@@ -89,9 +89,11 @@
 // with ErrSessionLive and recorded as an event. Authenticate compares in
 // constant time, and an unknown MAC, an ended session and a wrong token give
 // the same ErrUnauthorized. Heartbeat records the last time. WaitCommand is
-// the long poll: it returns as soon as this process issues a command for the
-// machine (an in-process notifier) and re-reads the database every
-// WithCommandPoll interval to see other replicas' commands.
+// the long poll: it returns as soon as a command is issued for the machine,
+// by this process (an in-process notifier) or, on PostgreSQL, by another
+// replica (pg_notify at commit, a LISTEN connection per DB that reconnects
+// and then wakes every waiter to re-read); a slow poll (WithCommandPoll,
+// 30 s) is the safety net.
 //
 // # Work (seed 004)
 //

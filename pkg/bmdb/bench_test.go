@@ -1,6 +1,7 @@
 package bmdb_test
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,6 +73,62 @@ func BenchmarkHeartbeat(b *testing.B) {
 			}
 			b.Run("heartbeat", func(b *testing.B) { run(b, false) })
 			b.Run("auth+heartbeat", func(b *testing.B) { run(b, true) })
+		})
+	}
+}
+
+// BenchmarkClaim measures claim + finish cycles of four sessions over a
+// fleet of 10,000 machines (each claim moves its machine out of the filter,
+// as a control loop's Finish does).
+//
+//	go test -run '^$' -bench Claim ./pkg/bmdb/
+func BenchmarkClaim(b *testing.B) {
+	const fleet = 10000
+	for _, e := range bmdbtest.Engines() {
+		b.Run(e.Name, func(b *testing.B) {
+			db := open(b, e.DSN(b))
+			for i := 0; i < fleet; i++ {
+				if _, err := db.CreateMachine(ctx(b), bmdb.NewMachine{Name: "m" + strconv.Itoa(i), BootMAC: mac(i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var sessions []*bmdb.Session
+			for i := 0; i < 4; i++ {
+				s, err := db.StartSession(ctx(b), bmdb.SessionConfig{Component: "bench"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sessions = append(sessions, s)
+			}
+			var n atomic.Int64
+			b.SetParallelism(2)
+			b.ResetTimer()
+			t0 := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				s := sessions[int(n.Add(1))%len(sessions)]
+				for pb.Next() {
+					w, err := s.Claim(ctx(b), "bench", bmdb.Filter{States: []bmdb.State{bmdb.StateRegistering, bmdb.StateAvailable}})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					// Alternate the machine between two states so the fleet never runs dry.
+					m, err := db.GetMachine(ctx(b), w.MachineID)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					to := bmdb.StateAvailable
+					if m.State == bmdb.StateAvailable {
+						to = bmdb.StateInspecting
+					}
+					if err := w.Finish(ctx(b), &bmdb.Transition{To: to, Reason: "Bench"}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "claims/s")
 		})
 	}
 }

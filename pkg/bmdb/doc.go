@@ -18,7 +18,9 @@
 //   - SQLite: WAL, busy timeout 10 s, foreign keys on, and every transaction
 //     starts with BEGIN IMMEDIATE, so writers run one at a time; within one
 //     process they also queue on a mutex, cheaper than SQLite's sleeping
-//     busy handler. Readers run beside them.
+//     busy handler. Readers run beside them. synchronous=NORMAL: a commit
+//     survives the process being killed (kill -9); a power loss may drop
+//     the last commits, never corrupt the file. The file is created 0600.
 //   - PostgreSQL: READ COMMITTED; a read-modify-write locks the machine row
 //     first (SELECT … FOR UPDATE), and Claim picks its machine with
 //     FOR UPDATE SKIP LOCKED. The UNIQUE (machine, process) of the work table

@@ -122,7 +122,9 @@ func (s *Session) claimOnce(ctx context.Context, p Process, f Filter) (*Work, er
 				AND a.ended_at IS NULL AND a.heartbeat_at > ?)`
 			args = append(args, t-f.AgentSilentFor.Milliseconds())
 		}
-		query += " ORDER BY m.id LIMIT 1"
+		// No ORDER BY: sorting every candidate costs O(n) a claim; any first
+		// match will do (a machine in backoff or held is skipped anyway).
+		query += " LIMIT 1"
 		if db.engine == EnginePostgres {
 			query += " FOR UPDATE OF m SKIP LOCKED"
 		}

@@ -12,6 +12,7 @@ PKGS=(
   zstd xz-utils gzip bzip2 lz4 cpio
   debootstrap lvm2                # the bootable Debian test image; LVM root tests
   bmap-tools time                 # make bench: bmaptool anchor, peak RSS
+  postgresql                      # pkg/bmdb tests start a real PostgreSQL (initdb, pg_ctl)
   grub-common grub-efi-amd64-bin grub-pc-bin xorriso # make iso (virtual media)
   ipmitool                        # drives the IPMI test BMC (pkg/bmc/bmcsim)
 )

@@ -1,0 +1,125 @@
+package bmdb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// notifier wakes the goroutines of this process that wait for a change of a
+// machine (WaitCommand). Each machine has at most one channel; a change closes
+// it and the next watcher gets a fresh one. Other replicas' changes are not
+// seen here: waiters also poll the database.
+type notifier struct {
+	mu sync.Mutex
+	ch map[string]chan struct{}
+}
+
+// watch returns a channel that is closed at the next change of machine id.
+// Take it before reading the database so no change falls in between.
+func (n *notifier) watch(id string) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(map[string]chan struct{})
+	}
+	c, ok := n.ch[id]
+	if !ok {
+		c = make(chan struct{})
+		n.ch[id] = c
+	}
+	return c
+}
+
+// changed wakes every watcher of machine id. Call it after the commit.
+func (n *notifier) changed(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.ch[id]; ok {
+		close(c)
+		delete(n.ch, id)
+	}
+}
+
+// changedAll wakes every watcher: changes may have been missed (the
+// PostgreSQL listener reconnected), so all re-read the database.
+func (n *notifier) changedAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for id, c := range n.ch {
+		close(c)
+		delete(n.ch, id)
+	}
+}
+
+// notifyChannel is the PostgreSQL channel on which a replica announces that
+// a machine's command or state changed; the payload is the machine ID.
+const notifyChannel = "bmdb_machine"
+
+// notifyTx makes PostgreSQL tell every replica, at commit, that machine id
+// changed, so their WaitCommand calls wake at once. SQLite has one process
+// and needs nothing beyond notifier.changed after the commit.
+func (db *DB) notifyTx(ctx context.Context, tx *sql.Tx, id string) error {
+	if db.engine != EnginePostgres {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", notifyChannel, id); err != nil {
+		return fmt.Errorf("notify replicas of machine %s: %w", id, err)
+	}
+	return nil
+}
+
+// listen keeps a dedicated PostgreSQL connection LISTENing on notifyChannel
+// and wakes this process's watchers of each machine announced. A lost
+// connection is re-established with backoff (100 ms doubling to 5 s); after
+// each (re)connect every watcher is woken to re-read, since announcements
+// may have been missed. It returns when ctx ends.
+func (db *DB) listen(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	delay := 100 * time.Millisecond
+	for {
+		connected, err := db.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			delay = 100 * time.Millisecond
+		}
+		db.log.Warn("machine change listener lost its connection; reconnecting", "err", err, "after", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func (db *DB) listenOnce(ctx context.Context) (connected bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := pgx.Connect(cctx, db.dsn)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn.Close(cctx)
+		cancel()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return false, fmt.Errorf("listen: %w", err)
+	}
+	db.notify.changedAll()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, fmt.Errorf("wait for notification: %w", err)
+		}
+		db.notify.changed(n.Payload)
+	}
+}

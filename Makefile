@@ -42,7 +42,7 @@ demo-image: $(DEPS) ## the small GPT demo image in out/demo (raw, zst, gz, xz, S
 	bash hack/mkdemoimage.sh $(DEMO)
 
 demo: $(DEPS) initramfs demo-image ## boot a QEMU machine and provision it from bootyd, showing progress
-	go run ./hack/demo --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO)
+	BOOTY_KERNEL=$(CURDIR)/$(OUT)/vmlinuz go run ./hack/demo --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO)
 
 vet: ## go vet, with and without the e2e tag
 	go vet ./...

@@ -280,3 +280,62 @@ func TestStartUsesTheChosenAccel(t *testing.T) {
 		})
 	}
 }
+
+// A host whose KVM runs the one-sector guest but hangs a Linux kernel
+// before its first line (seen here: "KVM works", then every VM silent):
+// with the VMs' kernel named, the probe boots it too and picks TCG.
+func TestChooseAccelKernelHangsUnderKVM(t *testing.T) {
+	dir := t.TempDir()
+	runlog := filepath.Join(dir, "runs.log")
+	script := `#!/bin/sh
+echo "$$ $*" >> '` + runlog + `'
+case "$*" in
+*probe.img*) echo booty-kvm-probe-ok; exec sleep 600 ;;
+*-kernel*) exec sleep 600 ;;
+*) echo "vm up"; exec sleep 600 ;;
+esac
+`
+	qemu := filepath.Join(dir, DefaultQEMU)
+	if err := os.WriteFile(qemu, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kernel := filepath.Join(dir, "vmlinuz")
+	c := &accelChooser{timeout: time.Second, getenv: func(k string) string {
+		if k == KernelEnv {
+			return kernel
+		}
+		return ""
+	}}
+	log, logs := testLogger(t)
+	accel, err := c.choose(context.Background(), qemu, rwDevice(t), AccelAuto, log)
+	if err != nil || accel != AccelTCG {
+		t.Fatalf("choose = %q, %v; want tcg", accel, err)
+	}
+	if !strings.Contains(logs.String(), "KVM unusable (kernel "+kernel+": no console output in 1s)") {
+		t.Errorf("log does not name the silent kernel:\n%s", logs)
+	}
+	r := runs(t, runlog)
+	if len(r) != 2 || !strings.Contains(r[1], "-kernel "+kernel) || !strings.Contains(r[1], "-machine q35") || !strings.Contains(r[1], "-enable-kvm -cpu host") {
+		t.Errorf("want the boot sector, then the kernel under q35 with the VMs' KVM arguments: %q", r)
+	}
+}
+
+// The kernel stage's command line does boot a kernel to its first line
+// under TCG, so its silence under KVM means KVM.
+func TestProbeKernelPrintsUnderTCG(t *testing.T) {
+	qemu, err := exec.LookPath(DefaultQEMU)
+	if err != nil {
+		t.Fatalf("%s not found (install qemu-system-x86, see hack/deps.sh): %v", DefaultQEMU, err)
+	}
+	kernel := os.Getenv(KernelEnv)
+	if kernel == "" {
+		ks, _ := filepath.Glob("/boot/vmlinuz-*")
+		if len(ks) == 0 {
+			t.Fatal("no kernel: set BOOTY_KERNEL or install linux-image-amd64 (hack/deps.sh)")
+		}
+		kernel = ks[len(ks)-1]
+	}
+	if p := runProbeGuest(context.Background(), qemu, probeKernelArgs(kernel, AccelTCG), kernelMarker, 60*time.Second); !p.Works {
+		t.Fatalf("kernel %s under TCG: %s", kernel, p.Reason)
+	}
+}

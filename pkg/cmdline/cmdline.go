@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/redact"
 )
 
 // Keys booty reads.
@@ -157,4 +159,23 @@ func (c Cmdline) HoldRequested() bool {
 		}
 	}
 	return false
+}
+
+// Redact returns the command line raw fit for a log: parameters whose
+// names suggest a secret (token, pass, secret) lose their value, and URLs
+// in the others lose their user info and query (pkg/redact), so
+// booty.config=https://user:pw@host/c.yaml?access_token=X is logged as
+// booty.config=https://<redacted>@host/c.yaml?<redacted>.
+func Redact(raw string) string {
+	f := strings.Fields(raw)
+	for i, p := range f {
+		k, _, ok := strings.Cut(p, "=")
+		lk := strings.ToLower(k)
+		if ok && (strings.Contains(lk, "token") || strings.Contains(lk, "pass") || strings.Contains(lk, "secret")) {
+			f[i] = k + "=<redacted>"
+			continue
+		}
+		f[i] = redact.Text(p)
+	}
+	return strings.Join(f, " ")
 }

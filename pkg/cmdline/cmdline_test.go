@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -114,5 +115,20 @@ func TestParseConsolesAndHold(t *testing.T) {
 	}
 	if Parse("booty.debug=trace").HoldRequested() {
 		t.Error("booty.debug=trace seen as hold")
+	}
+}
+
+func TestRedact(t *testing.T) {
+	raw := "console=ttyS0 booty.config=https://user:s3cret@host/cfg.yaml?access_token=XYZ booty.token=TOK quiet"
+	got := Redact(raw)
+	for _, secret := range []string{"s3cret", "user:", "XYZ", "TOK"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("Redact kept %q: %s", secret, got)
+		}
+	}
+	for _, keep := range []string{"console=ttyS0", "booty.config=https://<redacted>@host/cfg.yaml?<redacted>", "booty.token=<redacted>", "quiet"} {
+		if !strings.Contains(got, keep) {
+			t.Errorf("Redact lost %q: %s", keep, got)
+		}
 	}
 }

@@ -21,20 +21,6 @@ import (
 	"github.com/booty-dev/booty/test/vm"
 )
 
-// input returns $env or the path under the repository's out/ directory,
-// and fails the test when it does not exist.
-func input(t *testing.T, env, rel string) string {
-	t.Helper()
-	p := os.Getenv(env)
-	if p == "" {
-		p = filepath.Join("..", "..", "out", rel)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s: %v (run 'make initramfs', or set %s)", rel, err, env)
-	}
-	return p
-}
-
 // newMachine returns a QEMU machine booting the prebuilt kernel and
 // initramfs; booty.debug=hold keeps the agent, which finds no config,
 // holding instead of powering off, so only the BMC ends QEMU.
@@ -42,8 +28,8 @@ func newMachine(t *testing.T) *Machine {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m, err := New(vm.Config{
-		Kernel:     input(t, "BOOTY_KERNEL", "vmlinuz"),
-		Initrd:     input(t, "BOOTY_INITRD", "initramfs.img"),
+		Kernel:     vm.Artifact(t, "BOOTY_KERNEL", "vmlinuz"),
+		Initrd:     vm.Artifact(t, "BOOTY_INITRD", "initramfs.img"),
 		Append:     "booty.debug=hold",
 		Memory:     512,
 		Timeout:    10 * time.Minute,

@@ -5,7 +5,6 @@ package harness
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,26 +19,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// input returns $env or the path under the repository's out/ directory,
-// and fails the test when it does not exist.
-func input(t *testing.T, env, rel string) string {
-	t.Helper()
-	p := os.Getenv(env)
-	if p == "" {
-		p = filepath.Join("..", "..", "out", rel)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s: %v (run 'make initramfs demo-image', or set %s)", rel, err, env)
-	}
-	return p
-}
-
 // TestBootTProvisionsDemo proves the harness end to end: the standard
 // scenario through BootT provisions the demo image and powers off.
 func TestBootTProvisionsDemo(t *testing.T) {
-	kernel := input(t, "BOOTY_KERNEL", "vmlinuz")
-	initrd := input(t, "BOOTY_INITRD", "initramfs.img")
-	demo := input(t, "BOOTY_DEMO", "demo")
+	kernel := vm.Artifact(t, "BOOTY_KERNEL", "vmlinuz")
+	initrd := vm.Artifact(t, "BOOTY_INITRD", "initramfs.img")
+	demo := vm.Artifact(t, "BOOTY_DEMO", "demo")
 
 	lab := NewLabT(t, LabOptions{FilesDir: demo})
 	m, err := lab.AddMachine(MachineSpec{VMTimeout: 12 * time.Minute})

@@ -117,3 +117,19 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
+
+// Artifact returns the build artifact a VM test needs: $env when set, else
+// rel under the repository's out/ directory as seen from a test package two
+// levels below the root (test/harness, test/bmcvm). It fails the test when
+// the file does not exist, naming the make target that builds it.
+func Artifact(t testing.TB, env, rel string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		p = filepath.Join("..", "..", "out", rel)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s: %v (run 'make initramfs demo-image', or set %s)", rel, err, env)
+	}
+	return p
+}

@@ -14,6 +14,7 @@ PKGS=(
   bmap-tools time                 # make bench: bmaptool anchor, peak RSS
   grub-common grub-efi-amd64-bin grub-pc-bin xorriso # make iso (virtual media)
   ipmitool                        # drives the IPMI test BMC (pkg/bmc/bmcsim)
+  nginx                           # make bench-serve: the file server bootyd is compared with
 )
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

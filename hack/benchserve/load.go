@@ -13,11 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/booty-dev/booty/hack/internal/benchutil"
 	"github.com/booty-dev/booty/pkg/image"
 )
 
@@ -70,7 +69,7 @@ func measure(s *server, r *runResult, load func(start <-chan struct{}) ([]time.D
 	for _, t := range times {
 		r.Completion = append(r.Completion, t.Seconds())
 	}
-	r.P50, r.P99 = quantile(r.Completion, 0.50), quantile(r.Completion, 0.99)
+	r.P50, r.P99 = benchutil.Quantile(r.Completion, 0.50), benchutil.Quantile(r.Completion, 0.99)
 	r.CPUSeconds = (after.CPU - before.CPU).Seconds()
 	r.CPUPercent = 100 * r.CPUSeconds / wall.Seconds()
 	r.PeakRSSMiB = float64(peak) / (1 << 20)
@@ -85,39 +84,28 @@ func (w *work) rangeClients(ctx context.Context, s *server, n int, rangeSize int
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := measure(s, &r, func(start <-chan struct{}) ([]time.Duration, error) {
-		times := make([]time.Duration, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := w.client(s.kind.TLS, 30*time.Second)
-				defer c.CloseIdleConnections()
-				var h hash.Hash
-				if i == 0 {
-					h = sha256.New() // one client checks the bytes, not only their count
+		return together(n, start, func(i int, started func()) error {
+			c := w.client(s.kind.TLS, 30*time.Second)
+			defer c.CloseIdleConnections()
+			var h hash.Hash
+			if i == 0 {
+				h = sha256.New() // one client checks the bytes, not only their count
+			}
+			buf := make([]byte, 256<<10)
+			started()
+			for off := int64(0); off < w.size; off += rangeSize {
+				if err := fetchRange(ctx, c, s.url, off, min(rangeSize, w.size-off), w.size, h, buf); err != nil {
+					cancel()
+					return fmt.Errorf("client %d: %w", i, err)
 				}
-				buf := make([]byte, 256<<10)
-				<-start
-				t0 := time.Now()
-				for off := int64(0); off < w.size; off += rangeSize {
-					if err := fetchRange(ctx, c, s.url, off, min(rangeSize, w.size-off), w.size, h, buf); err != nil {
-						errs[i] = fmt.Errorf("client %d: %w", i, err)
-						cancel()
-						return
-					}
+			}
+			if h != nil {
+				if got := hex.EncodeToString(h.Sum(nil)); got != w.sum {
+					return fmt.Errorf("client %d: downloaded image has sha256 %s, want %s", i, got, w.sum)
 				}
-				times[i] = time.Since(t0)
-				if h != nil {
-					if got := hex.EncodeToString(h.Sum(nil)); got != w.sum {
-						errs[i] = fmt.Errorf("client %d: downloaded image has sha256 %s, want %s", i, got, w.sum)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return times, firstError(errs)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return r, fmt.Errorf("%s, %s, round %d: %w", s.kind.Name, loadRange, round, err)
@@ -169,47 +157,56 @@ func (w *work) agents(ctx context.Context, s *server, n int, timeout time.Durati
 	if s.kind.TLS {
 		ca = w.certPEM
 	}
-	var failed atomic.Int32
 	// The agents' own info lines (50 × "writing image") would drown the bench's.
-	agentLog := slog.New(warnOnly{log.Handler()})
+	agentLog := slog.New(benchutil.WarnOnly(log.Handler()))
 	err := measure(s, &r, func(start <-chan struct{}) ([]time.Duration, error) {
-		times := make([]time.Duration, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				target := filepath.Join(w.targets, fmt.Sprintf("agent-%02d.img", i))
-				defer os.Remove(target)
-				<-start
-				t0 := time.Now()
-				res, err := image.Write(ctx, image.Options{
-					Source:   s.url,
-					Checksum: "sha256:" + w.sum,
-					Target:   target,
-					CACert:   ca,
-					Log:      agentLog.With("agent", i),
-				})
-				times[i] = time.Since(t0)
-				switch {
-				case err != nil:
-					errs[i] = fmt.Errorf("agent %d: %w", i, err)
-				case res.ImageSize != w.size || res.SourceDigest != "sha256:"+w.sum:
-					errs[i] = fmt.Errorf("agent %d: wrote %d bytes with digest %s, want %d and sha256:%s", i, res.ImageSize, res.SourceDigest, w.size, w.sum)
-				}
-				if errs[i] != nil && failed.Add(1) == 1 {
-					cancel()
-				}
-			}()
-		}
-		wg.Wait()
-		return times, firstError(errs)
+		return together(n, start, func(i int, started func()) error {
+			target := filepath.Join(w.targets, fmt.Sprintf("agent-%02d.img", i))
+			defer os.Remove(target)
+			started()
+			res, err := image.Write(ctx, image.Options{
+				Source:   s.url,
+				Checksum: "sha256:" + w.sum,
+				Target:   target,
+				CACert:   ca,
+				Log:      agentLog.With("agent", i),
+			})
+			switch {
+			case err != nil:
+				cancel()
+				return fmt.Errorf("agent %d: %w", i, err)
+			case res.ImageSize != w.size || res.SourceDigest != "sha256:"+w.sum:
+				cancel()
+				return fmt.Errorf("agent %d: wrote %d bytes with digest %s, want %d and sha256:%s", i, res.ImageSize, res.SourceDigest, w.size, w.sum)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return r, fmt.Errorf("%s, %s: %w", s.kind.Name, loadAgents, err)
 	}
 	return r, nil
+}
+
+// together runs f for clients 0..n-1, each in a goroutine that waits for
+// start; f calls started right before its timed work. It returns each
+// client's time from start to its end and the first real error (a
+// cancellation that another client's failure caused comes last).
+func together(n int, start <-chan struct{}, f func(i int, started func()) error) ([]time.Duration, error) {
+	times := make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var t0 time.Time
+			errs[i] = f(i, func() { <-start; t0 = time.Now() })
+			times[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	return times, firstError(errs)
 }
 
 func firstError(errs []error) error {
@@ -219,16 +216,6 @@ func firstError(errs []error) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// quantile returns the q-quantile of xs by nearest rank.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	i := int(float64(len(s))*q+0.999999) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 // bench runs everything the package comment describes and returns the report.
@@ -288,13 +275,3 @@ func bench(ctx context.Context, cfg config, log *slog.Logger) (*report, error) {
 	rep.Duration = time.Since(started).Round(time.Second).String()
 	return rep, nil
 }
-
-// warnOnly passes on warnings and errors only.
-type warnOnly struct{ slog.Handler }
-
-func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
-}
-
-func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
-func (h warnOnly) WithGroup(name string) slog.Handler    { return warnOnly{h.Handler.WithGroup(name)} }

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
+
+	"github.com/booty-dev/booty/hack/internal/benchutil"
 )
 
 // report is serve.json; serve.md renders it.
@@ -71,14 +70,7 @@ func describeMachine(cfg config) machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
+	m.CPU = benchutil.CPUModel()
 	if out, err := exec.Command(cfg.Bootyd, "--version").CombinedOutput(); err == nil && !strings.Contains(string(out), "unknown flag") {
 		m.Bootyd = strings.TrimSpace(string(out))
 	} else {
@@ -92,22 +84,9 @@ func describeMachine(cfg config) machine {
 
 func lookPath(p string) (string, error) { return exec.LookPath(p) }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // summarize computes the medians per server and load and the targets.
 func (r *report) summarize() {
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		r.Machine.Load = strings.Join(strings.Fields(string(b))[:3], " ")
-	}
+	r.Machine.Load = benchutil.LoadAvg()
 	r.Summary = nil
 	for _, load := range []string{loadRange, loadAgents} {
 		for _, srv := range []string{bootydHTTP.Name, nginxHTTP.Name, bootydTLS.Name, nginxTLS.Name} {
@@ -126,8 +105,8 @@ func (r *report) summarize() {
 				continue
 			}
 			s.Server, s.Load, s.Runs = srv, load, len(s.AllMiBps)
-			s.MiBps, s.P50, s.P99 = median(s.AllMiBps), median(p50), median(p99)
-			s.CPUSeconds, s.CPUPercent = median(cpu), median(pct)
+			s.MiBps, s.P50, s.P99 = benchutil.Median(s.AllMiBps), benchutil.Median(p50), benchutil.Median(p99)
+			s.CPUSeconds, s.CPUPercent = benchutil.Median(cpu), benchutil.Median(pct)
 			r.Summary = append(r.Summary, s)
 		}
 	}
@@ -157,21 +136,7 @@ func (r *report) summarize() {
 
 // write writes serve.md and serve.json into dir and returns their paths.
 func (r *report) write(dir string) (string, string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", fmt.Errorf("create report dir: %w", err)
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", "", err
-	}
-	jp, mp := filepath.Join(dir, "serve.json"), filepath.Join(dir, "serve.md")
-	if err := os.WriteFile(jp, append(js, '\n'), 0o644); err != nil {
-		return "", "", fmt.Errorf("write report: %w", err)
-	}
-	if err := os.WriteFile(mp, []byte(r.markdown()), 0o644); err != nil {
-		return "", "", fmt.Errorf("write report: %w", err)
-	}
-	return mp, jp, nil
+	return benchutil.WriteReport(dir, "serve", r, r.markdown())
 }
 
 func (r *report) markdown() string {

@@ -65,6 +65,13 @@ func newFileSlots(max int) chan struct{} {
 // the bytes being sent (see fileWriter), so a stalled client is dropped
 // and frees its slot.
 func (s *Server) handleFile(w http.ResponseWriter, r *http.Request) {
+	fw := &fileWriter{
+		ResponseWriter: w,
+		rc:             http.NewResponseController(w),
+		timeout:        s.opts.FileWriteTimeout,
+		rate:           s.opts.FileMinRate,
+	}
+	fw.allow(0) // the header, and the whole of 503, 404, HEAD, 304 and 416 answers
 	if s.fileSlots != nil {
 		select {
 		case s.fileSlots <- struct{}{}:
@@ -102,13 +109,6 @@ func (s *Server) handleFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no file %q", p)
 		return
 	}
-	fw := &fileWriter{
-		ResponseWriter: w,
-		rc:             http.NewResponseController(w),
-		timeout:        s.opts.FileWriteTimeout,
-		rate:           s.opts.FileMinRate,
-	}
-	fw.allow(0) // the header, and the whole answer of HEAD, 304 and 416
 	w.Header().Set("ETag", fmt.Sprintf(`"%x-%x"`, st.Size(), st.ModTime().UnixNano()))
 	http.ServeContent(fw, r, st.Name(), st.ModTime(), f)
 }

@@ -14,7 +14,7 @@ DEMO     := $(OUT)/demo
 # installed). Set DEPS= to skip it, e.g. in the Dockerfile.
 DEPS     ?= deps
 
-.PHONY: help deps build initramfs iso demo-image debian-image demo test vet unit e2e bench clean
+.PHONY: help deps build initramfs iso demo-image debian-image demo test vet unit e2e bench bench-boot bench-serve clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -67,6 +67,12 @@ test: $(DEPS) vet unit e2e ## everything CI runs: vet, unit tests, end-to-end te
 
 bench: build bench-image ## out/bench/report.md: booty write-image vs curl|zstd|dd and bmaptool, with floors (root; docs/bench.md)
 	go run ./hack/bench --booty $(OUT)/booty --out $(OUT)/bench $(BENCHFLAGS)
+
+bench-boot: $(DEPS) initramfs demo-image ## out/bench/boot.md: the demo's boot phases from its console, TCG (+KVM when it works), median of 5, a few minutes (root; docs/bench.md)
+	go run ./hack/benchboot --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO) --out $(OUT)/bench $(BENCHBOOTFLAGS)
+
+bench-serve: $(DEPS) build ## out/bench/serve.md: bootyd vs nginx, 50 Range clients then 50 agents at once, a few minutes (docs/bench.md)
+	go run ./hack/benchserve --bootyd $(OUT)/bootyd --out $(OUT)/bench $(BENCHSERVEFLAGS)
 
 .PHONY: bench-image
 bench-image: ## the bench images (4 GiB sparse GPT, 1 GiB dense), built once, cached in BOOTY_CACHE (default /var/cache/booty)

@@ -207,7 +207,8 @@ func TestHelp(t *testing.T) {
 	help := out.String()
 	for _, w := range []string{"Example:", "bootyd --configs", "--configs", "--default-config", "--files", "--state-dir",
 		"--public-url", "--ipxe-kernel", "--ipxe-initrd", "--ipxe-cmdline", "--allow-no-token", "--listen",
-		"--tls-cert", "--tls-key", "--insecure-http", "--log-level", "--log-format", "--shutdown-timeout"} {
+		"--tls-cert", "--tls-key", "--insecure-http", "--log-level", "--log-format", "--shutdown-timeout",
+		"--max-file-conns", "--file-write-timeout", "--file-min-rate", "--idle-timeout"} {
 		if !strings.Contains(help, w) {
 			t.Errorf("--help lacks %q", w)
 		}
@@ -226,6 +227,8 @@ func TestFlagErrors(t *testing.T) {
 		{"cert without key", []string{"--configs", configs, "--tls-cert", "x.pem"}, 2, "--tls-cert and --tls-key go together"},
 		{"both TLS and insecure", []string{"--configs", configs, "--tls-cert", "x", "--tls-key", "y", "--insecure-http"}, 2, "exclude each other"},
 		{"unknown flag", []string{"--bogus"}, 2, "unknown flag"},
+		{"zero file conns", []string{"--insecure-http", "--configs", configs, "--max-file-conns", "0"}, 2, "--max-file-conns 0"},
+		{"negative min rate", []string{"--insecure-http", "--configs", configs, "--file-min-rate", "-5"}, 2, "--file-min-rate -5"},
 		{"stray argument", []string{"--insecure-http", "--configs", configs, "extra"}, 2, "unexpected arguments"},
 		{"missing config dir", []string{"--insecure-http", "--configs", configs + "/nope"}, 1, "config directory"},
 		{"unreadable cert", []string{"--configs", configs, "--tls-cert", configs + "/no.pem", "--tls-key", configs + "/no.key"}, 1, "load TLS certificate"},

@@ -101,10 +101,15 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.StringVar(&c.logLevel, "log-level", "info", "level of bootyd's own logs on stderr: debug (adds every request), info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "format of bootyd's own logs: text or json")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long SIGINT/SIGTERM waits for requests in flight")
+	fs.IntVar(&c.opts.MaxFileConns, "max-file-conns", server.DefaultMaxFileConns, "most /files/ downloads in progress at once; above it 503 with Retry-After (-1: no limit)")
+	fs.DurationVar(&c.opts.FileWriteTimeout, "file-write-timeout", server.DefaultFileWriteTimeout, "each 4 MiB of a /files/ download must be sent within this plus its time at --file-min-rate, else the client is dropped")
+	fs.Int64Var(&c.opts.FileMinRate, "file-min-rate", server.DefaultFileMinRate, "slowest /files/ client tolerated, in bytes per second (see --file-write-timeout)")
+	fs.DurationVar(&c.opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	return fs
 }
 
-// checkConfig enforces TLS or --insecure-http and picks the default --listen.
+// checkConfig enforces TLS or --insecure-http, checks the /files/ bounds
+// and picks the default --listen.
 func checkConfig(c *config) error {
 	switch {
 	case (c.tlsCert == "") != (c.tlsKey == ""):
@@ -113,6 +118,16 @@ func checkConfig(c *config) error {
 		return errors.New("--insecure-http and --tls-cert exclude each other")
 	case c.tlsCert == "" && !c.insecureHTTP:
 		return errors.New("no TLS certificate: give --tls-cert and --tls-key, or --insecure-http to serve plain HTTP (machine tokens then travel in clear)")
+	}
+	switch {
+	case c.opts.MaxFileConns == 0 || c.opts.MaxFileConns < -1:
+		return fmt.Errorf("--max-file-conns %d: want a positive number, or -1 for no limit", c.opts.MaxFileConns)
+	case c.opts.FileWriteTimeout <= 0:
+		return fmt.Errorf("--file-write-timeout %s: must be positive", c.opts.FileWriteTimeout)
+	case c.opts.FileMinRate <= 0:
+		return fmt.Errorf("--file-min-rate %d: must be a positive number of bytes per second", c.opts.FileMinRate)
+	case c.opts.IdleTimeout <= 0:
+		return fmt.Errorf("--idle-timeout %s: must be positive", c.opts.IdleTimeout)
 	}
 	if c.listen == "" {
 		c.listen = ":8443"

@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -117,18 +116,7 @@ func parseFlags(args []string) (options, error) {
 
 // checkInputs names the first input file that is missing and how to make it.
 func checkInputs(o options) error {
-	for _, f := range []struct{ path, make string }{
-		{o.kernel, "make initramfs"},
-		{o.initrd, "make initramfs"},
-		{filepath.Join(o.imageDir, harness.DemoImage), "make demo-image"},
-		{filepath.Join(o.imageDir, harness.DemoImageZst), "make demo-image"},
-		{filepath.Join(o.imageDir, harness.ChecksumsFile), "make demo-image"},
-	} {
-		if _, err := os.Stat(f.path); err != nil {
-			return fmt.Errorf("%w (run '%s')", err, f.make)
-		}
-	}
-	return nil
+	return harness.CheckDemoInputs(o.kernel, o.initrd, o.imageDir)
 }
 
 func main() {

@@ -73,6 +73,23 @@ type Options struct {
 	TLSConfig *tls.Config
 	// ShutdownTimeout bounds the graceful shutdown in Serve.
 	ShutdownTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection that waited this long for
+	// its next request; default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxFileConns bounds the /files/ answers in progress at once (each
+	// holds one connection); a request above it gets 503 with Retry-After.
+	// Zero means DefaultMaxFileConns, negative means no limit.
+	MaxFileConns int
+	// FileRetryAfter is the Retry-After of that 503, in whole seconds
+	// rounded up; default DefaultFileRetryAfter.
+	FileRetryAfter time.Duration
+	// FileWriteTimeout and FileMinRate bound how long a /files/ body may
+	// take: each piece of at most 4 MiB must be sent within
+	// FileWriteTimeout plus its size at FileMinRate (bytes per second), or
+	// the connection is closed. Defaults DefaultFileWriteTimeout and
+	// DefaultFileMinRate.
+	FileWriteTimeout time.Duration
+	FileMinRate      int64
 	// Now is the clock; tests override it.
 	Now func() time.Time
 }
@@ -82,6 +99,8 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	handler http.Handler
+
+	fileSlots chan struct{} // /files/ answers in progress; nil: no limit
 
 	mu       sync.Mutex
 	machines map[string]*record
@@ -157,11 +176,13 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	opts.fileDefaults()
 	s := &Server{
-		opts:     opts,
-		log:      opts.Logger,
-		machines: map[string]*record{},
-		changed:  make(chan struct{}),
+		opts:      opts,
+		log:       opts.Logger,
+		fileSlots: newFileSlots(opts.MaxFileConns),
+		machines:  map[string]*record{},
+		changed:   make(chan struct{}),
 	}
 	if opts.StateDir != "" {
 		if err := s.loadState(); err != nil {
@@ -207,13 +228,15 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // ctx ends, then shuts down gracefully: it stops accepting, waits up to
 // ShutdownTimeout for requests in flight, then closes what remains. It
 // returns nil after a clean shutdown, and the error otherwise. Header reads
-// and idle connections have timeouts; there is no write timeout, since
-// /files/ streams multi-GiB images; other routes set their own deadlines.
+// and idle connections (IdleTimeout) have timeouts; there is no server-wide
+// write timeout, since /files/ streams multi-GiB images: /files/ bounds
+// each piece it sends (FileWriteTimeout, FileMinRate), other routes set
+// their own deadlines.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },

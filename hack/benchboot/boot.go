@@ -223,7 +223,7 @@ func bench(ctx context.Context, o options, stderr io.Writer) (*report, error) {
 		case vm.AccelTCG:
 			accels = append(accels, vm.AccelTCG)
 		case vm.AccelKVM:
-			p := vm.ProbeKVMGuest(ctx, vm.DefaultQEMU, vm.DefaultKVMDevice, vm.DefaultProbeTimeout)
+			p := vm.ProbeKVMGuest(ctx, vm.DefaultQEMU, vm.DefaultKVMDevice, o.Kernel, vm.DefaultProbeTimeout)
 			log.Info("KVM probe", "result", p.String(), "took", p.Took.Round(time.Millisecond))
 			if !p.Works {
 				rep.Skipped = append(rep.Skipped, "kvm: "+p.String())

@@ -256,6 +256,7 @@ func TestStartUsesTheChosenAccel(t *testing.T) {
 		t.Run("env="+tt.env, func(t *testing.T) {
 			_, runlog := fakeProbeQEMU(t, fakeWorks)
 			t.Setenv(AccelEnv, tt.env)
+			t.Setenv(KernelEnv, "") // the fake is no kernel (make e2e names the real one)
 			log, logs := testLogger(t)
 			v, err := Start(context.Background(), Config{KVMDevice: rwDevice(t), Logger: log, Timeout: time.Minute})
 			if err != nil {

@@ -33,7 +33,7 @@ func newCountingLoop(cfg manager.ControlLoopConfig) *countingLoop {
 	return &countingLoop{cfg: cfg, inFlight: map[string]int{}, done: map[string]int{}, failed: map[string]bool{}}
 }
 
-func (l *countingLoop) Process() bmdb.Process                   { return "test" }
+func (l *countingLoop) Process() bmdb.Process                  { return "test" }
 func (l *countingLoop) LoopConfig() *manager.ControlLoopConfig { return &l.cfg }
 func (l *countingLoop) Backoff() bmdb.Backoff {
 	return bmdb.Backoff{Initial: time.Second, Maximum: time.Minute, Exponent: 2}

@@ -15,6 +15,7 @@ PKGS=(
   postgresql                      # pkg/bmdb tests start a real PostgreSQL (initdb, pg_ctl)
   grub-common grub-efi-amd64-bin grub-pc-bin xorriso # make iso (virtual media)
   ipmitool                        # drives the IPMI test BMC (pkg/bmc/bmcsim)
+  openssh-server                  # pkg/manager: the Initializer's test runs a real sshd in a network namespace
 )
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

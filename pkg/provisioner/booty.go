@@ -720,11 +720,8 @@ func (p *bootyProvisioner) Delete() (Result, error) {
 	ctx, cancel := p.call()
 	defer cancel()
 	m, err := p.machine(ctx)
-	if errors.Is(err, ErrNeedsRegistration) {
-		return Result{}, nil
-	}
 	if err != nil {
-		return Result{}, err
+		return gone(err)
 	}
 	if m.State != bmdb.StateDeleting {
 		if _, err := p.db.Transition(ctx, m.ID, bmdb.Transition{To: bmdb.StateDeleting, Reason: "Deleting"}); err != nil {
@@ -743,6 +740,15 @@ func (p *bootyProvisioner) Delete() (Result, error) {
 	return Result{}, nil
 }
 
+// gone answers a call that removes the machine: one the BMDB does not know
+// is removed already (complete); other errors are transient.
+func gone(err error) (Result, error) {
+	if errors.Is(err, ErrNeedsRegistration) {
+		return Result{}, nil
+	}
+	return Result{}, err
+}
+
 // Detach leaves the machine where it is and marks it detached (status
 // detached) → Dirty; a detached machine is complete. Nothing touches the
 // hardware. ValidateManagementAccess attaches it again.
@@ -750,11 +756,8 @@ func (p *bootyProvisioner) Detach() (Result, error) {
 	ctx, cancel := p.call()
 	defer cancel()
 	m, err := p.machine(ctx)
-	if errors.Is(err, ErrNeedsRegistration) {
-		return Result{}, nil
-	}
 	if err != nil {
-		return Result{}, err
+		return gone(err)
 	}
 	if m.Status == bmdb.StatusDetached {
 		return Result{}, nil

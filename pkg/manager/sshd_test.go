@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -195,5 +196,28 @@ func TestInitializerSSHD(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.TargetPath + ".upload"); !os.IsNotExist(err) {
 		t.Fatalf("temporary upload file left behind: %v", err)
+	}
+
+	// booty kexecs away after its OK line: the connection drops without an
+	// exit status, which is a success. The fake closes its output (as booty
+	// must, so the line gets out) and kills its sshd session.
+	conn, err := client.Dial(ctx, addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stdout, _, err := conn.Execute(ctx, `echo "booty takeover: ok"; exec >&- 2>&-; sleep 0.3; kill -9 $PPID; sleep 5`, nil)
+	if err == nil || !ssh.ExitStatusMissing(err) || !strings.Contains(string(stdout), "booty takeover: ok") {
+		t.Fatalf("a dropped session: stdout %q, err %v (%T), want the OK line and a missing exit status", stdout, err, err)
+	}
+	// A command that fails gives its exit status and output.
+	conn2, err := client.Dial(ctx, addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	var exit *xssh.ExitError
+	if _, stderr, err := conn2.Execute(ctx, "echo nope >&2; exit 3", nil); !errors.As(err, &exit) || exit.ExitStatus() != 3 || string(stderr) != "nope\n" {
+		t.Fatalf("failing command: %v %q", err, stderr)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path"
@@ -152,5 +153,5 @@ func Quote(s string) string {
 // the command sent an exit status (a machine that kexec-ed away).
 func ExitStatusMissing(err error) bool {
 	var em *xssh.ExitMissingError
-	return errors.As(err, &em) || errors.Is(err, net.ErrClosed)
+	return errors.As(err, &em) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
 }

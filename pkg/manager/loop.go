@@ -143,6 +143,11 @@ type ControlLoop interface {
 // the work: the claim is cancelled, with no backoff.
 var ErrSkip = errors.New("machine does not need the work")
 
+// maxClaimsPerIteration bounds the claims (write transactions) one
+// iteration tries: candidates in backoff or held elsewhere are refused by the
+// claim, and the next iteration shuffles again.
+const maxClaimsPerIteration = 16
+
 // sessionInterval is the lease of a worker's BMDB session.
 const sessionInterval = 10 * time.Second
 
@@ -239,6 +244,9 @@ func (w *worker) iterate(ctx context.Context, s *bmdb.Session) error {
 	// Workers start at different places, so they do not all race for the
 	// first candidate.
 	mrand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	if len(ids) > maxClaimsPerIteration {
+		ids = ids[:maxClaimsPerIteration]
+	}
 	var work *bmdb.Work
 	for _, id := range ids {
 		f := w.loop.Filter()

@@ -207,7 +207,9 @@ func bmcFailure(what string, err error) (Result, error) {
 //
 //  1. no machine → store the credentials, CreateMachine (state registering,
 //     or externally provisioned when data.State says so) → Dirty, provID;
-//  2. BMC address, TLS setting or credentials changed → update them → Dirty;
+//  2. BMC address, TLS setting or credentials (compared with those the BMDB
+//     stores, so credentialsChanged is only a hint) changed → stored under
+//     "host-NAME" and the machine updated → Dirty;
 //  3. detached → attach again (status OK) → Dirty;
 //  4. read the power state through the BMC: a refused login or bad address
 //     fails (ErrorMessage), a network failure is transient (error);
@@ -229,15 +231,23 @@ func (p *bootyProvisioner) ValidateManagementAccess(data ManagementAccessData, c
 		want.Address = p.host.BMCAddress
 		want.DisableCertificateVerification = p.host.DisableCertificateVerification
 	}
-	if p.host.BMCCredentials.Username != "" && (credentialsChanged || m.BMC.CredentialsRef == "") {
-		ref := credentialsRef(m.Name)
-		if err := p.db.PutCredentials(ctx, ref, bmdb.Credentials{Username: p.host.BMCCredentials.Username, Password: p.host.BMCCredentials.Password}); err != nil {
-			return Result{}, m.ID, fmt.Errorf("host %s: store BMC credentials: %w", p.host.Name, err)
+	if hc := p.host.BMCCredentials; hc.Username != "" {
+		stored := bmdb.Credentials{}
+		if m.BMC.CredentialsRef != "" {
+			if stored, err = p.db.GetCredentials(ctx, m.BMC.CredentialsRef); err != nil && !errors.Is(err, bmdb.ErrNotFound) {
+				return Result{}, m.ID, fmt.Errorf("host %s: read BMC credentials: %w", p.host.Name, err)
+			}
 		}
-		want.CredentialsRef = ref
-		if want == m.BMC {
-			p.publish(ReasonBMCUpdated, "BMC credentials changed")
-			return continuing(RequeueStep), m.ID, nil
+		if stored.Username != hc.Username || stored.Password != hc.Password {
+			ref := credentialsRef(m.Name)
+			if err := p.db.PutCredentials(ctx, ref, bmdb.Credentials{Username: hc.Username, Password: hc.Password}); err != nil {
+				return Result{}, m.ID, fmt.Errorf("host %s: store BMC credentials: %w", p.host.Name, err)
+			}
+			want.CredentialsRef = ref
+			if want == m.BMC {
+				p.publish(ReasonBMCUpdated, "BMC credentials changed")
+				return continuing(RequeueStep), m.ID, nil
+			}
 		}
 	}
 	if want != m.BMC {

@@ -227,6 +227,10 @@ func TestValidateManagementAccess(t *testing.T) {
 		if c, _ := e.db.GetCredentials(e.ctx, m.BMC.CredentialsRef); c.Password != "pw-new" {
 			t.Fatal("changed credentials were not stored")
 		}
+		// The controller may keep saying "changed" until a call completes:
+		// stored credentials are not stored again; the BMC is asked.
+		r, _, err = e.p().ValidateManagementAccess(provisioner.ManagementAccessData{}, true, false)
+		want(t, "credentials changed, said again", r, err, "failed: authentication")
 		r, _, err = e.p().ValidateManagementAccess(provisioner.ManagementAccessData{}, false, false)
 		want(t, "validate with wrong password", r, err, "failed: authentication")
 

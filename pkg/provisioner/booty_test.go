@@ -585,3 +585,24 @@ func TestRootDeviceHints(t *testing.T) {
 		t.Fatal("negative size accepted")
 	}
 }
+
+// TestLoadHostData: the host data of a machine carries its BMC and the
+// credentials the BMDB stores; an unknown machine is not found.
+func TestLoadHostData(t *testing.T) {
+	e := newEnv(t, bmdbtest.Engines()[0].DSN(t), provisioner.Config{})
+	m := e.register()
+	h, err := provisioner.LoadHostData(e.ctx, e.db, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Name != "node-1" || h.ProvisionerID != m.ID || h.BMCAddress != e.sim.Address() || h.BootMACAddress != bootMAC ||
+		h.BMCCredentials != (bmc.Credentials{Username: "admin", Password: "pw-prov"}) {
+		t.Fatalf("host data: %+v", h)
+	}
+	if _, err := provisioner.LoadHostData(e.ctx, e.db, "no-such-id"); !errors.Is(err, bmdb.ErrNotFound) {
+		t.Fatalf("unknown machine: %v", err)
+	}
+	if _, err := e.f.NewProvisioner(e.ctx, provisioner.HostData{}, nil); err == nil {
+		t.Fatal("a provisioner for a host without name or ID")
+	}
+}

@@ -7,12 +7,15 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/booty-dev/booty/pkg/bmdb/bmdbtest"
 	"github.com/booty-dev/booty/pkg/manager"
@@ -171,5 +174,49 @@ func TestSSHKey(t *testing.T) {
 	}
 	if _, err := (&manager.SSHKey{}).Signer(); err == nil {
 		t.Fatal("an SSHKey with neither Key nor path gave a signer")
+	}
+}
+
+// TestFlags: the loops' flags fill their configs; files are read at parse
+// time and a PEM CA becomes DER; the results pass Check.
+func TestFlags(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "booty")
+	os.WriteFile(exe, []byte("ELF..."), 0o755)
+	caFile := filepath.Join(dir, "ca.pem")
+	der := caDER(t)
+	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	fs := pflag.NewFlagSet("bootyd", pflag.ContinueOnError)
+	var ic manager.InitializerConfig
+	var rc manager.RecovererConfig
+	var pc manager.ProvisionerConfig
+	key := manager.SSHKey{}
+	ic.AddFlags(fs)
+	rc.AddFlags(fs)
+	pc.AddFlags(fs)
+	key.AddFlags(fs)
+	err := fs.Parse([]string{"--initializer-executable=" + exe, "--initializer-ca-cert=" + caFile, "--initializer-endpoint=https://bootyd:8443",
+		"--initializer-target-path=/run/booty", "--initializer-parallelism=3", "--recoverer-heartbeat-timeout=5m", "--recoverer-db-query-rate=2s,2",
+		"--provisioner-max-count=7", "--provisioner-chunk-size=3", "--ssh-key-path=" + filepath.Join(dir, "key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []interface{ Check() error }{&ic, &rc, &pc} {
+		if err := c.Check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(ic.Executable) != "ELF..." || !bytes.Equal(ic.EndpointCACertificate, der) || ic.Endpoint != "https://bootyd:8443" ||
+		ic.TargetPath != "/run/booty" || ic.Parallelism != 3 {
+		t.Fatalf("initializer config: %+v", ic)
+	}
+	if rc.HeartbeatTimeout != 5*time.Minute || rc.StartTimeout != 30*time.Minute || rc.DBQueryLimiter.Burst() != 2 || rc.Backoff.Initial != 30*time.Minute {
+		t.Fatalf("recoverer config: %+v", rc)
+	}
+	if pc.MaxCount != 7 || pc.ChunkSize != 3 || key.KeyPersistPath != filepath.Join(dir, "key") {
+		t.Fatalf("provisioner config %+v, key path %q", pc, key.KeyPersistPath)
+	}
+	if err := fs.Parse([]string{"--initializer-executable=" + filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "initializer-executable") {
+		t.Fatalf("missing executable file: %v", err)
 	}
 }

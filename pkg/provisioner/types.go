@@ -117,19 +117,11 @@ type CustomDeploy struct {
 // HardwareDetails is the inspected hardware, metal3's JSON.
 type HardwareDetails = api.HardwareDetails
 
-// RootDeviceHints pick the disk to write, in metal3's field names.
-type RootDeviceHints struct {
-	DeviceName         string `json:"deviceName,omitempty"`
-	HCTL               string `json:"hctl,omitempty"`
-	Model              string `json:"model,omitempty"`
-	Vendor             string `json:"vendor,omitempty"`
-	SerialNumber       string `json:"serialNumber,omitempty"`
-	MinSizeGigabytes   int    `json:"minSizeGigabytes,omitempty"`
-	WWN                string `json:"wwn,omitempty"`
-	WWNWithExtension   string `json:"wwnWithExtension,omitempty"`
-	WWNVendorExtension string `json:"wwnVendorExtension,omitempty"`
-	Rotational         *bool  `json:"rotational,omitempty"`
-}
+// RootDeviceHints pick the disk to write, in metal3's field names
+// (deviceName, hctl, model, vendor, serialNumber, minSizeGigabytes, wwn,
+// wwnWithExtension, wwnVendorExtension, rotational): the BMDB's spec type,
+// with the mapping onto Ironic's grammar.
+type RootDeviceHints bmdb.RootDeviceHints
 
 // HintMap returns the hints in Ironic's grammar, as metal3's Ironic
 // provisioner writes them: a device name under /dev/disk/by-path/ becomes

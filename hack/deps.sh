@@ -16,6 +16,7 @@ PKGS=(
   grub-common grub-efi-amd64-bin grub-pc-bin xorriso # make iso (virtual media)
   ipmitool                        # drives the IPMI test BMC (pkg/bmc/bmcsim)
   nginx                           # make bench-serve: the file server bootyd is compared with
+  openssh-server                  # pkg/manager: the Initializer's test runs a real sshd in a network namespace
 )
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

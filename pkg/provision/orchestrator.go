@@ -77,10 +77,13 @@ type Orchestrator struct {
 	listEFI        func() ([]string, error)
 	readPartUUIDs  func(d *disk.Disk) (map[string]bool, error)
 	zeroEnds       func(path string) error
-	healthChecks   func(ctx context.Context, opts health.Options) []health.CheckResult // nil: health.NewChecker
-	deployDir      string
-	kexecDir       string
-	devDir         string
+	// rereadPartitions makes the kernel read the disk's partition table
+	// (mount-root, when no grow-partition step did).
+	rereadPartitions func(dev string) error
+	healthChecks     func(ctx context.Context, opts health.Options) []health.CheckResult // nil: health.NewChecker
+	deployDir        string
+	kexecDir         string
+	devDir           string
 }
 
 // NewOrchestrator creates an Orchestrator with the given dependencies. The
@@ -119,6 +122,7 @@ func NewOrchestrator(cfg *config.MachineConfig, provider config.Provider, diskMg
 		t.Log = o.log
 		return t
 	}
+	o.rereadPartitions = func(dev string) error { return o.disks.RereadPartitions(dev) }
 	o.growPartition = func(ctx context.Context, d *disk.Disk, size int64) (string, error) {
 		return o.disks.GrowPartitionTable(ctx, *d, size)
 	}

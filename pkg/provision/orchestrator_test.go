@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -543,6 +544,35 @@ func TestStepErrorRedactsURL(t *testing.T) {
 		}
 		if !strings.Contains(s, "s3.example.com/os.img") {
 			t.Errorf("the URL's host and path are gone from %q", s)
+		}
+	}
+}
+
+// An image written as is (rootPartitionSize keep) gets no grow-partition
+// step to make the kernel re-read its table: mount-root does, before it
+// looks for the partitions; with a grow step it does not again.
+func TestMountRootRereadsWhenNotGrown(t *testing.T) {
+	for _, keep := range []bool{true, false} {
+		cfg := testConfig()
+		cfg.Handoff = config.HandoffPoweroff
+		if keep {
+			cfg.Disk.RootPartitionSize = config.RootPartitionKeep
+		}
+		o, _ := newTestOrchestrator(t, cfg, &recordingProvider{})
+		fos := newFakeOS(t)
+		var order []string
+		o.rereadPartitions = func(dev string) error { order = append(order, "reread "+dev); return nil }
+		o.newInstalledOS = func(string) installedOS { order = append(order, "mount"); return fos }
+		o.writeImage = func(context.Context, image.Options) (image.Result, error) { return image.Result{}, nil }
+		if err := o.Provision(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"mount"}
+		if keep {
+			want = []string{"reread " + o.SelectedDisk().Path, "mount"}
+		}
+		if !slices.Equal(order, want) {
+			t.Errorf("keep=%v: %v, want %v", keep, order, want)
 		}
 	}
 }

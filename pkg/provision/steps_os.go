@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/booty-dev/booty/pkg/config"
+
 	"github.com/booty-dev/booty/pkg/disk"
 )
 
@@ -21,6 +23,13 @@ const disabledSuffix = ".booty-disabled"
 
 func (o *Orchestrator) stepMountRoot(ctx context.Context) error {
 	t := o.SelectedDisk()
+	if o.cfg.Disk.RootPartitionSize == config.RootPartitionKeep {
+		// No grow-partition step made the kernel re-read the table the
+		// image wrote: without that its partition nodes never appear.
+		if err := o.rereadPartitions(t.Path); err != nil {
+			return err
+		}
+	}
 	target := o.newInstalledOS(t.Path)
 	if err := target.Mount(ctx); err != nil {
 		// Mount unmounts what it mounted before failing.

@@ -52,6 +52,16 @@ type Options struct {
 	// Static, when non-nil with Method MethodStatic, is applied instead of
 	// DHCP; MethodOff only raises the links. Static.Device narrows Interfaces.
 	Static *StaticConfig
+	// Setup, when non-nil, is applied instead of Interfaces, Static and
+	// MTU: its bonds and VLANs are created, every link's MTU, SLAAC,
+	// static addresses and routes set, and DHCPv4/DHCPv6 run where it asks.
+	Setup *Setup
+	// Lifetime, when set, keeps DHCPv4 leases renewed until it ends (see
+	// keepLease); nil lets them lapse.
+	Lifetime context.Context
+	// OnLeaseLost is called (from the renewal goroutine) when a lease ends
+	// without renewal; the error wraps ErrLeaseLost. nil: only logged.
+	OnLeaseLost func(link string, err error)
 	// MTU to set on the configured link; 0 uses the lease's interface MTU
 	// option (26) if any, else leaves it alone.
 	MTU int
@@ -101,6 +111,8 @@ type Result struct {
 	BootFile   string        `json:"bootFile,omitempty"`
 	ServerID   netip.Addr    `json:"serverID,omitzero"`
 	LeaseTime  time.Duration `json:"leaseTime,omitempty"`
+	// renewal and rebinding are the lease's T1 and T2 options (0: absent).
+	renewal, rebinding time.Duration
 }
 
 func (o *Options) defaults() {
@@ -139,6 +151,17 @@ func (o *Options) defaults() {
 // DHCPTimeout, with at most DHCPAttempts per link and exponential backoff.
 // Errors wrap ErrNoLinks, ErrNoCarrier or ErrNoLease, or name the netlink
 // operation that failed; a failure after an address was applied leaves it.
+//
+// With Setup set, that is applied instead: every link it names must exist;
+// bonds are created (an existing bond of the name is replaced) and their
+// interfaces enslaved, VLANs created, MTU and accept_ra set, everything
+// raised, carrier awaited on the configured links, static addresses and
+// routes applied, and DHCPv4/DHCPv6 run on the links that ask for it (each
+// must get a lease). The result is the first configured link's first
+// address, a DHCPv4 lease ahead of a static IPv6 one.
+//
+// With Lifetime set, every DHCPv4 lease is renewed in the background until
+// Lifetime ends (see keepLease).
 func Configure(ctx context.Context, opts Options) (*Result, error) {
 	opts.defaults()
 	log := opts.Logger
@@ -162,6 +185,9 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 		defer h.Close()
 	}
 
+	if opts.Setup != nil {
+		return configureSetup(ctx, opts, h)
+	}
 	filter := opts.Interfaces
 	if opts.Static != nil && opts.Static.Device != "" {
 		filter = []string{opts.Static.Device}
@@ -215,6 +241,7 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 	}
 	log.Info("network configured", "method", res.Method, "interface", res.Interface, "mac", res.MAC,
 		"address", res.Address, "gateway", res.Gateway, "dns", res.DNS)
+	startKeeper(opts, link, res)
 	return res, nil
 }
 
@@ -430,6 +457,8 @@ func leaseResult(name string, mac net.HardwareAddr, ack *dhcpv4.DHCPv4) (*Result
 		Hostname:  ack.HostName(),
 		BootFile:  ack.BootFileNameOption(),
 		LeaseTime: ack.IPAddressLeaseTime(0),
+		renewal:   ack.IPAddressRenewalTime(0),
+		rebinding: ack.IPAddressRebindingTime(0),
 	}
 	if res.BootFile == "" {
 		res.BootFile = strings.TrimRight(ack.BootFileName, "\x00")

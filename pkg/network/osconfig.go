@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/yaml"
 )
 
@@ -255,4 +256,33 @@ func addrStrings(as []netip.Addr) []string {
 		out = append(out, a.String())
 	}
 	return out
+}
+
+// PhysicalLinks lists the links s uses but does not create: bond slaves,
+// VLAN parents and configured physical links.
+func PhysicalLinks(s *Setup) []string { return s.physical() }
+
+// PermanentMACs returns the permanent MAC address of each named link of
+// this network namespace (its current one when the driver reports none),
+// and the names not found.
+func PermanentMACs(names []string) (map[string]string, []string) {
+	macs := map[string]string{}
+	var missing []string
+	for _, n := range names {
+		l, err := netlink.LinkByName(n)
+		if err != nil {
+			missing = append(missing, n)
+			continue
+		}
+		mac := l.Attrs().PermHWAddr
+		if len(mac) != 6 || slices.Equal(mac, make([]byte, 6)) {
+			mac = l.Attrs().HardwareAddr
+		}
+		if len(mac) != 6 {
+			missing = append(missing, n)
+			continue
+		}
+		macs[n] = mac.String()
+	}
+	return macs, missing
 }

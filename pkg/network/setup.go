@@ -272,7 +272,7 @@ func (s *Setup) slaveOf(name string) *Bond {
 // Check returns the problems of the setup as a whole, each naming what is
 // wrong: duplicate names, a bond slave that is also a VLAN parent or has
 // addresses, a primary that is not a slave, 802.3ad options on another
-// mode, a VLAN on an unknown or VLAN link, a gateway out of its family.
+// mode, a VLAN on a VLAN or on a bond slave, a link configured twice.
 // Values are assumed parsed by the Parse* functions. path(kind, i) names
 // an element for the messages (e.g. "network.bonds[0]").
 func (s *Setup) Check(path func(kind string, i int) string) []string {
@@ -334,11 +334,6 @@ func (s *Setup) Check(path func(kind string, i int) string) []string {
 			add(w+".name", "%q is configured twice", l.Name)
 		}
 		seen[l.Name] = true
-		for j, r := range l.Routes {
-			if r.Via.IsValid() && !r.Via.Is6() && !slices.ContainsFunc(l.Addresses, func(p netip.Prefix) bool { return p.Addr().Is4() }) && !l.DHCP4 {
-				add(fmt.Sprintf("%s.routes[%d].via", w, j), "IPv4 gateway %s but the link has no IPv4 address or DHCPv4", r.Via)
-			}
-		}
 	}
 	return probs
 }

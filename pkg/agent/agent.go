@@ -213,6 +213,7 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 	}
 	a.Log.Info("network up", "interface", res.Interface, "mac", res.MAC, "address", res.Address.String(),
 		"gateway", res.Gateway.String(), "method", string(res.Method), "from", plan.Source)
+	startLLDP(ctx, a.Log, lldpLinks(plan, res)) // in the background, ends with the run
 	return res, nil
 }
 

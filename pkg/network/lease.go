@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -173,6 +175,25 @@ func renewUntil(life context.Context, opts Options, l netlink.Link, res *Result,
 	}
 }
 
+// renewConn is a UDP socket on port 68 of link name (SO_BINDTODEVICE),
+// allowed to broadcast, for renewing and rebinding.
+func renewConn(name string) (net.PacketConn, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
+				return
+			}
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BROADCAST, 1); serr != nil {
+				return
+			}
+			serr = unix.BindToDevice(int(fd), name)
+		})
+		return errors.Join(err, serr)
+	}}
+	return lc.ListenPacket(context.Background(), "udp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(dhcpv4.ClientPort)))
+}
+
 // renewOnce sends one REQUEST with ciaddr set (RFC 2131 4.3.2 RENEWING and
 // REBINDING: no server identifier, no requested address) and waits up to
 // wait for the ACK or NAK.
@@ -182,7 +203,10 @@ func renewOnce(life context.Context, opts Options, l netlink.Link, res *Result, 
 	defer cancel()
 	var client *nclient4.Client
 	err := inNetNS(opts.NetNS, func() error {
-		conn, err := nclient4.NewRawUDPConn(name, dhcpv4.ClientPort)
+		// A kernel UDP socket, now that the link has the address: requests
+		// leave from it (a server's kernel drops unicast from 0.0.0.0, which
+		// a raw socket would send), and unicast replies to it arrive.
+		conn, err := renewConn(name)
 		if err != nil {
 			return fmt.Errorf("open dhcp socket on %s: %w", name, err)
 		}

@@ -76,7 +76,7 @@ func (n *testNet) bridged(t *testing.T, vid int, cli ...string) {
 }
 
 // leaseServer is a DHCPv4 server with short leases that counts renewals
-// (requests with ciaddr set) and can be silenced.
+// (requests with ciaddr set, from that address) and can be silenced.
 type leaseServer struct {
 	lease    time.Duration
 	renewals atomic.Int32
@@ -96,7 +96,9 @@ func (n *testNet) leaseServer(t *testing.T, ifname string, lease time.Duration) 
 			mt = dhcpv4.MessageTypeOffer
 		case dhcpv4.MessageTypeRequest:
 			mt = dhcpv4.MessageTypeAck
-			if !m.ClientIPAddr.IsUnspecified() {
+			// A renewal comes from the leased address (a kernel drops
+			// unicast from 0.0.0.0 before the server sees it).
+			if p, ok := peer.(*net.UDPAddr); ok && !m.ClientIPAddr.IsUnspecified() && p.IP.Equal(m.ClientIPAddr) {
 				ls.renewals.Add(1)
 			}
 		default:
@@ -112,8 +114,13 @@ func (n *testNet) leaseServer(t *testing.T, ifname string, lease time.Duration) 
 			dhcpv4.WithLeaseTime(uint32(ls.lease/time.Second)),
 			dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(10, 124, 0, 1))),
 		)
-		if _, err := conn.WriteTo(resp.ToBytes(), &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}); err != nil {
-			t.Errorf("send dhcp reply: %v", err)
+		// RFC 2131 4.1: to ciaddr when the client has one, else broadcast.
+		to := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+		if !m.ClientIPAddr.IsUnspecified() {
+			to.IP = m.ClientIPAddr
+		}
+		if _, err := conn.WriteTo(resp.ToBytes(), to); err != nil {
+			t.Logf("send dhcp reply: %v", err)
 		}
 	}
 	var srv *server4.Server

@@ -171,16 +171,8 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 	h := opts.Handle
 	if h == nil {
 		var err error
-		// Only NETLINK_ROUTE: asking for every family also opens XFRM
-		// sockets, which fail with EPROTONOSUPPORT on kernels where
-		// xfrm_user is a module that is not loaded (Debian's, in the initramfs).
-		if opts.NetNS > 0 {
-			h, err = netlink.NewHandleAt(opts.NetNS, unix.NETLINK_ROUTE)
-		} else {
-			h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("open netlink handle: %w", err)
+		if h, err = openHandle(opts.NetNS); err != nil {
+			return nil, err
 		}
 		defer h.Close()
 	}
@@ -243,6 +235,24 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 		"address", res.Address, "gateway", res.Gateway, "dns", res.DNS)
 	startKeeper(opts, link, res)
 	return res, nil
+}
+
+// openHandle opens a netlink handle in ns (0: the current namespace).
+// Only NETLINK_ROUTE: asking for every family also opens XFRM sockets,
+// which fail with EPROTONOSUPPORT on kernels where xfrm_user is a module
+// that is not loaded (Debian's, in the initramfs).
+func openHandle(ns netns.NsHandle) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	var err error
+	if ns > 0 {
+		h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	} else {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open netlink handle: %w", err)
+	}
+	return h, nil
 }
 
 // candidateLinks lists links worth configuring, sorted by name.
@@ -407,21 +417,10 @@ func dhcpOnce(ctx context.Context, opts Options, l netlink.Link) (*Result, error
 	name := l.Attrs().Name
 	ctx, cancel := context.WithTimeout(ctx, opts.DHCPTimeout)
 	defer cancel()
-	var client *nclient4.Client
-	err := inNetNS(opts.NetNS, func() error {
-		conn, err := nclient4.NewRawUDPConn(name, dhcpv4.ClientPort)
-		if err != nil {
-			return fmt.Errorf("open dhcp socket on %s: %w", name, err)
-		}
-		// Retransmit within the attempt: a lost packet costs a quarter of it.
-		client, err = nclient4.NewWithConn(conn, l.Attrs().HardwareAddr,
-			nclient4.WithTimeout(max(opts.DHCPTimeout/4, 250*time.Millisecond)), nclient4.WithRetry(4))
-		if err != nil {
-			conn.Close()
-			return fmt.Errorf("create dhcp client on %s: %w", name, err)
-		}
-		return nil
-	})
+	// Retransmit within the attempt: a lost packet costs a quarter of it.
+	client, err := openClient(opts.NetNS, l, func() (net.PacketConn, error) {
+		return nclient4.NewRawUDPConn(name, dhcpv4.ClientPort)
+	}, nclient4.WithTimeout(max(opts.DHCPTimeout/4, 250*time.Millisecond)), nclient4.WithRetry(4))
 	if err != nil {
 		return nil, err
 	}
@@ -435,6 +434,26 @@ func dhcpOnce(ctx context.Context, opts Options, l netlink.Link) (*Result, error
 		return nil, err
 	}
 	return leaseResult(name, l.Attrs().HardwareAddr, ack)
+}
+
+// openClient opens a DHCPv4 client on link l over the socket open makes,
+// both in network namespace ns (0: the current one).
+func openClient(ns netns.NsHandle, l netlink.Link, open func() (net.PacketConn, error), copts ...nclient4.ClientOpt) (*nclient4.Client, error) {
+	name := l.Attrs().Name
+	var client *nclient4.Client
+	err := inNetNS(ns, func() error {
+		conn, err := open()
+		if err != nil {
+			return fmt.Errorf("open dhcp socket on %s: %w", name, err)
+		}
+		client, err = nclient4.NewWithConn(conn, l.Attrs().HardwareAddr, copts...)
+		if err != nil {
+			conn.Close()
+			return fmt.Errorf("create dhcp client on %s: %w", name, err)
+		}
+		return nil
+	})
+	return client, err
 }
 
 // leaseResult turns an ACK into a Result; an ACK without an address or

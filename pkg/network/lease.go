@@ -76,13 +76,8 @@ func keepLease(life context.Context, opts Options, l netlink.Link, res *Result) 
 	h := opts.Handle
 	if h == nil {
 		var err error
-		if opts.NetNS > 0 {
-			h, err = netlink.NewHandleAt(opts.NetNS, unix.NETLINK_ROUTE)
-		} else {
-			h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
-		}
-		if err != nil {
-			log.Error("cannot renew the dhcp lease: open netlink handle", "error", err)
+		if h, err = openHandle(opts.NetNS); err != nil {
+			log.Error("cannot renew the dhcp lease", "error", err)
 			return
 		}
 		defer h.Close()
@@ -201,22 +196,11 @@ func renewOnce(life context.Context, opts Options, l netlink.Link, res *Result, 
 	name := l.Attrs().Name
 	ctx, cancel := context.WithTimeout(life, wait)
 	defer cancel()
-	var client *nclient4.Client
-	err := inNetNS(opts.NetNS, func() error {
-		// A kernel UDP socket, now that the link has the address: requests
-		// leave from it (a server's kernel drops unicast from 0.0.0.0, which
-		// a raw socket would send), and unicast replies to it arrive.
-		conn, err := renewConn(name)
-		if err != nil {
-			return fmt.Errorf("open dhcp socket on %s: %w", name, err)
-		}
-		client, err = nclient4.NewWithConn(conn, l.Attrs().HardwareAddr, nclient4.WithTimeout(wait), nclient4.WithRetry(1))
-		if err != nil {
-			conn.Close()
-			return fmt.Errorf("create dhcp client on %s: %w", name, err)
-		}
-		return nil
-	})
+	// A kernel UDP socket, now that the link has the address: requests
+	// leave from it (a server's kernel drops unicast from 0.0.0.0, which a
+	// raw socket would send), and unicast replies to it arrive.
+	client, err := openClient(opts.NetNS, l, func() (net.PacketConn, error) { return renewConn(name) },
+		nclient4.WithTimeout(wait), nclient4.WithRetry(1))
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
-	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -123,37 +122,14 @@ func (n *testNet) leaseServer(t *testing.T, ifname string, lease time.Duration) 
 			t.Logf("send dhcp reply: %v", err)
 		}
 	}
-	var srv *server4.Server
-	err := inNetNS(n.srvNS, func() error {
-		var err error
-		srv, err = server4.NewServer(ifname, nil, handler)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("start dhcp server on %s: %v", ifname, err)
-	}
-	go srv.Serve()
-	t.Cleanup(func() { srv.Close() })
+	n.serveDHCP(t, ifname, handler)
 	return ls
 }
 
 // hasAddr reports whether ifname in the client namespace has prefix.
 func (n *testNet) hasAddr(t *testing.T, ifname, prefix string) bool {
 	t.Helper()
-	l, err := n.cli.LinkByName(ifname)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs, err := n.cli.AddrList(l, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
-		if a.IPNet.String() == prefix {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(n.addrs(t, ifname), prefix)
 }
 
 // waitFor polls cond every 100ms until it holds or bound passed.

@@ -56,8 +56,8 @@ type Options struct {
 	// MTU: its bonds and VLANs are created, every link's MTU, SLAAC,
 	// static addresses and routes set, and DHCPv4/DHCPv6 run where it asks.
 	Setup *Setup
-	// Lifetime, when set, keeps DHCPv4 leases renewed until it ends (see
-	// keepLease); nil lets them lapse.
+	// Lifetime, when set, keeps DHCPv4 and DHCPv6 leases renewed until it
+	// ends (see keepLease); nil lets them lapse.
 	Lifetime context.Context
 	// OnLeaseLost is called (from the renewal goroutine) when a lease ends
 	// without renewal; the error wraps ErrLeaseLost. nil: only logged.
@@ -160,8 +160,8 @@ func (o *Options) defaults() {
 // must get a lease). The result is the first configured link's first
 // address, a DHCPv4 lease ahead of a static IPv6 one.
 //
-// With Lifetime set, every DHCPv4 lease is renewed in the background until
-// Lifetime ends (see keepLease).
+// With Lifetime set, every DHCPv4 and DHCPv6 lease is renewed in the
+// background until Lifetime ends (see keepLease).
 func Configure(ctx context.Context, opts Options) (*Result, error) {
 	opts.defaults()
 	log := opts.Logger
@@ -233,7 +233,9 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 	}
 	log.Info("network configured", "method", res.Method, "interface", res.Interface, "mac", res.MAC,
 		"address", res.Address, "gateway", res.Gateway, "dns", res.DNS)
-	startKeeper(opts, link, res)
+	if res.Method == MethodDHCP {
+		startKeeper(opts, &lease4{opts: opts, l: link, res: res})
+	}
 	return res, nil
 }
 

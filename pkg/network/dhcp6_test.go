@@ -2,9 +2,12 @@ package network
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,11 +17,15 @@ import (
 )
 
 // DHCPv6 on a link of a Setup: the IA_NA address is applied as a /128 and
-// the server's DNS reaches the result.
+// the server's DNS reaches the result; the 4-second lease is renewed (at
+// T1, from the server) until the server goes silent, then the address
+// goes and the loss is reported.
 func TestConfigureSetupDHCPv6(t *testing.T) {
 	n := newTestNet(t)
 	n.veth(t, "s6", "c6", "10.126.0.1/24", false)
 	addr := net.ParseIP("2001:db8:6::10")
+	var renews atomic.Int32
+	var silent atomic.Bool
 	s6, err := n.srv.LinkByName("s6")
 	if err != nil {
 		t.Fatal(err)
@@ -28,11 +35,14 @@ func TestConfigureSetupDHCPv6(t *testing.T) {
 		if err != nil {
 			return
 		}
-		ia := &dhcpv6.OptIANA{T1: 30 * time.Second, T2: 50 * time.Second}
+		if silent.Load() {
+			return
+		}
+		ia := &dhcpv6.OptIANA{T1: time.Second, T2: 3 * time.Second}
 		if cia := m.Options.OneIANA(); cia != nil {
 			ia.IaId = cia.IaId
 		}
-		ia.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: addr, PreferredLifetime: time.Minute, ValidLifetime: 2 * time.Minute})
+		ia.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: addr, PreferredLifetime: 3 * time.Second, ValidLifetime: 4 * time.Second})
 		mods := []dhcpv6.Modifier{
 			dhcpv6.WithServerID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: net.HardwareAddr{2, 0, 0, 0, 0, 1}}),
 			dhcpv6.WithOption(ia),
@@ -43,6 +53,9 @@ func TestConfigureSetupDHCPv6(t *testing.T) {
 		case dhcpv6.MessageTypeSolicit:
 			resp, err = dhcpv6.NewAdvertiseFromSolicit(m, mods...)
 		case dhcpv6.MessageTypeRequest:
+			resp, err = dhcpv6.NewReplyFromMessage(m, mods...)
+		case dhcpv6.MessageTypeRenew:
+			renews.Add(1)
 			resp, err = dhcpv6.NewReplyFromMessage(m, mods...)
 		default:
 			return
@@ -72,7 +85,12 @@ func TestConfigureSetupDHCPv6(t *testing.T) {
 	go srv.Serve()
 	t.Cleanup(func() { srv.Close() })
 
+	life, endRun := context.WithCancel(context.Background())
+	defer endRun()
+	lost := make(chan error, 4)
 	opts := n.opts(t)
+	opts.Lifetime = life
+	opts.OnLeaseLost = func(_ string, err error) { lost <- err }
 	opts.Setup = &Setup{Links: []LinkConfig{{Name: "c6", DHCP6: true}}}
 	res, err := Configure(context.Background(), opts)
 	if err != nil {
@@ -86,5 +104,22 @@ func TestConfigureSetupDHCPv6(t *testing.T) {
 	}
 	if !n.hasAddr(t, "c6", "2001:db8:6::10/128") {
 		t.Error("c6 lacks 2001:db8:6::10/128")
+	}
+
+	waitFor(t, 20*time.Second, "three renewals", func() bool { return renews.Load() >= 3 })
+	if !n.hasAddr(t, "c6", "2001:db8:6::10/128") {
+		t.Fatal("address gone while the lease was being renewed")
+	}
+	silent.Store(true)
+	select {
+	case err := <-lost:
+		if !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "dhcpv6") {
+			t.Errorf("lost: %v, want ErrLeaseLost naming dhcpv6", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the lease was not reported lost")
+	}
+	if n.hasAddr(t, "c6", "2001:db8:6::10/128") {
+		t.Error("address of the lost lease still there")
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"syscall"
 	"time"
@@ -43,53 +45,76 @@ func dhcpAndKeep(ctx context.Context, opts Options, h *netlink.Handle, l netlink
 	}
 	opts.Logger.Info("dhcp lease", "interface", res.Interface, "address", res.Address, "lease", res.LeaseTime,
 		"server", res.ServerID)
-	startKeeper(opts, l, res)
+	startKeeper(opts, &lease4{opts: opts, l: l, res: res})
 	return res, nil
 }
 
-// startKeeper runs keepLease in the background when opts.Lifetime is set.
-func startKeeper(opts Options, l netlink.Link, res *Result) {
-	if opts.Lifetime == nil || res.Method != MethodDHCP {
+// lease is a DHCP lease kept renewed by keepLease: DHCPv4 (lease4) or
+// DHCPv6 (lease6).
+type lease interface {
+	// times are T1, T2 and the lease's length (0: it does not expire).
+	times() (t1, t2, length time.Duration)
+	// renew sends one renewal (rebinding: to any server) and waits up to
+	// wait for the answer; on success the lease is updated and applied.
+	// A refusal wraps errRefused.
+	renew(ctx context.Context, h *netlink.Handle, rebinding bool, wait time.Duration) error
+	// drop removes the lease's address from the link.
+	drop(h *netlink.Handle) error
+	// acquire gets and applies a fresh lease, retrying with backoff
+	// until it has one or ctx ends.
+	acquire(ctx context.Context, h *netlink.Handle) error
+	// describe is the link, address and protocol, for logs and errors.
+	describe() (link string, addr netip.Prefix, proto string)
+}
+
+// errRefused marks a server's refusal to renew (a DHCPv4 NAK, a DHCPv6
+// status other than success): the lease is lost at once.
+var errRefused = errors.New("refused by the server")
+
+// startKeeper runs keepLease for k in the background when opts.Lifetime
+// is set.
+func startKeeper(opts Options, k lease) {
+	if opts.Lifetime == nil {
 		return
 	}
+	link, _, proto := k.describe()
 	go func() {
-		err := safego.Call("dhcp renewal on "+res.Interface, func() error {
-			keepLease(opts.Lifetime, opts, l, res)
+		err := safego.Call(proto+" renewal on "+link, func() error {
+			keepLease(opts.Lifetime, opts, k)
 			return nil
 		})
 		if err != nil {
-			opts.Logger.Error("dhcp renewal stopped", "interface", res.Interface, "error", err)
+			opts.Logger.Error(proto+" renewal stopped", "interface", link, "error", err)
 		}
 	}()
 }
 
-// keepLease renews the lease res of link l at T1 by a request to the
-// server that gave it, and from T2 by broadcast (rebinding), each attempt
-// waiting half the time left to the next stage. Each renewal is logged at
-// debug, a failed attempt at warn. When the lease ends without renewal or
-// the server NAKs, the address is removed (as the kernel would with a
-// valid lifetime), the loss is logged at error and passed to
-// opts.OnLeaseLost, and a new lease is sought with backoff. It returns when
-// life ends.
-func keepLease(life context.Context, opts Options, l netlink.Link, res *Result) {
-	log := opts.Logger.With("interface", res.Interface)
+// keepLease renews k at T1 from the server that gave it, and from T2 from
+// any server (rebinding), each attempt waiting half the time left to the
+// next stage. Each renewal is logged at debug, a failed attempt at warn.
+// When the lease ends without renewal or the server refuses, the address
+// is removed (as the kernel would with a valid lifetime), the loss is
+// logged at error and passed to opts.OnLeaseLost, and a new lease is
+// sought with backoff. It returns when life ends.
+func keepLease(life context.Context, opts Options, k lease) {
+	link, _, proto := k.describe()
+	log := opts.Logger.With("interface", link)
 	h := opts.Handle
 	if h == nil {
 		var err error
 		if h, err = openHandle(opts.NetNS); err != nil {
-			log.Error("cannot renew the dhcp lease", "error", err)
+			log.Error("cannot renew the "+proto+" lease", "error", err)
 			return
 		}
 		defer h.Close()
 	}
 	got := time.Now()
 	for {
-		lt := res.LeaseTime
+		t1, t2, lt := k.times()
 		if lt <= 0 || lt >= infiniteLease {
-			log.Debug("dhcp lease does not expire; not renewing", "lease", lt)
+			log.Debug(proto+" lease does not expire; not renewing", "lease", lt)
 			return
 		}
-		t1, t2 := res.renewal, res.rebinding
 		if t1 <= 0 || t1 >= lt {
 			t1 = lt / 2
 		}
@@ -99,49 +124,47 @@ func keepLease(life context.Context, opts Options, l netlink.Link, res *Result) 
 		if !sleepUntil(life, got.Add(t1)) {
 			return
 		}
-		next, err := renewUntil(life, opts, l, res, got, t2, lt)
+		_, addr, _ := k.describe()
+		err := renewUntil(life, log, h, k, got, t2, lt)
 		if life.Err() != nil {
 			return
 		}
 		if err == nil {
-			if next.Address != res.Address {
-				_ = h.AddrDel(l, netlinkAddr(res.Address))
-			}
-			if err := apply(h, l, next); err != nil {
-				log.Warn("dhcp lease renewed but not applied", "error", err)
-			}
-			log.Debug("dhcp lease renewed", "address", next.Address, "lease", next.LeaseTime, "server", next.ServerID)
-			res, got = next, time.Now()
+			_, next, _ := k.describe()
+			t1, _, lt := k.times()
+			log.Debug(proto+" lease renewed", "address", next, "lease", lt, "t1", t1)
+			got = time.Now()
 			continue
 		}
 		// Lost: the address goes, then a fresh lease is sought.
-		if derr := h.AddrDel(l, netlinkAddr(res.Address)); derr != nil && !errors.Is(derr, unix.EADDRNOTAVAIL) {
-			log.Warn("cannot remove the address of the lost dhcp lease", "address", res.Address, "error", derr)
+		if derr := k.drop(h); derr != nil && !errors.Is(derr, unix.EADDRNOTAVAIL) {
+			log.Warn("cannot remove the address of the lost "+proto+" lease", "address", addr, "error", derr)
 		}
-		lost := fmt.Errorf("%w on %s: address %s removed: %w", ErrLeaseLost, res.Interface, res.Address, err)
-		log.Error("dhcp lease lost; address removed", "address", res.Address, "error", err)
+		lost := fmt.Errorf("%w on %s: %s address %s removed: %w", ErrLeaseLost, link, proto, addr, err)
+		log.Error(proto+" lease lost; address removed", "address", addr, "error", err)
 		if opts.OnLeaseLost != nil {
-			opts.OnLeaseLost(res.Interface, lost)
+			opts.OnLeaseLost(link, lost)
 		}
-		next, got, err = reacquire(life, opts, h, l)
-		if err != nil {
+		if err := k.acquire(life, h); err != nil {
 			return // life ended
 		}
-		res = next
+		_, next, _ := k.describe()
+		log.Info(proto+" lease acquired again", "address", next)
+		got = time.Now()
 	}
 }
 
-// renewUntil sends renewal requests from now until the lease's end
-// (got+lt): unicast to the server before got+t2, broadcast after. It
-// returns the new lease, or why there is none (a NAK, or the lease ran out).
-func renewUntil(life context.Context, opts Options, l netlink.Link, res *Result, got time.Time, t2, lt time.Duration) (*Result, error) {
-	log := opts.Logger.With("interface", res.Interface)
+// renewUntil renews k from now until the lease's end (got+lt), from the
+// server before got+t2 and from any server after. It returns nil once
+// renewed, or why not (a refusal, or the lease ran out).
+func renewUntil(life context.Context, log *slog.Logger, h *netlink.Handle, k lease, got time.Time, t2, lt time.Duration) error {
+	_, _, proto := k.describe()
 	end, rebind := got.Add(lt), got.Add(t2)
 	var last error
 	for attempt := 1; ; attempt++ {
 		now := time.Now()
 		if !now.Before(end) {
-			return nil, fmt.Errorf("lease of %s ended after %d renewal attempts: %w", lt, attempt-1, last)
+			return fmt.Errorf("lease of %s ended after %d renewal attempts: %w", lt, attempt-1, last)
 		}
 		rebinding := !now.Before(rebind)
 		stage := rebind
@@ -149,24 +172,93 @@ func renewUntil(life context.Context, opts Options, l netlink.Link, res *Result,
 			stage = end
 		}
 		wait := min(max(stage.Sub(now)/2, minRenewWait), maxRenewWait, end.Sub(now))
-		next, err := renewOnce(life, opts, l, res, rebinding, wait)
+		err := k.renew(life, h, rebinding, wait)
 		if err == nil {
-			return next, nil
+			return nil
 		}
 		if life.Err() != nil {
-			return nil, life.Err()
+			return life.Err()
 		}
-		var nak *nclient4.ErrNak
-		if errors.As(err, &nak) {
-			return nil, err
+		if errors.Is(err, errRefused) {
+			return err
 		}
 		last = err
-		log.Warn("dhcp lease renewal failed", "attempt", attempt, "rebinding", rebinding,
+		log.Warn(proto+" lease renewal failed", "attempt", attempt, "rebinding", rebinding,
 			"lease_left", end.Sub(time.Now()).Round(time.Second), "error", err)
 		// A send error returns at once: do not spin until the next stage.
-		if d := time.Until(now.Add(wait)); d > 0 && !sleepUntil(life, now.Add(wait)) {
-			return nil, life.Err()
+		if !sleepUntil(life, now.Add(wait)) {
+			return life.Err()
 		}
+	}
+}
+
+// lease4 is a DHCPv4 lease of link l.
+type lease4 struct {
+	opts Options
+	l    netlink.Link
+	res  *Result
+}
+
+func (k *lease4) times() (time.Duration, time.Duration, time.Duration) {
+	return k.res.renewal, k.res.rebinding, k.res.LeaseTime
+}
+
+func (k *lease4) describe() (string, netip.Prefix, string) {
+	return k.res.Interface, k.res.Address, "dhcp"
+}
+
+func (k *lease4) drop(h *netlink.Handle) error { return h.AddrDel(k.l, netlinkAddr(k.res.Address)) }
+
+func (k *lease4) renew(ctx context.Context, h *netlink.Handle, rebinding bool, wait time.Duration) error {
+	next, err := renewOnce(ctx, k.opts, k.l, k.res, rebinding, wait)
+	if err != nil {
+		var nak *nclient4.ErrNak
+		if errors.As(err, &nak) {
+			return fmt.Errorf("%w: %w", errRefused, err)
+		}
+		return err
+	}
+	if next.Address != k.res.Address {
+		_ = h.AddrDel(k.l, netlinkAddr(k.res.Address))
+	}
+	k.res = next
+	if err := apply(h, k.l, next); err != nil {
+		k.opts.Logger.Warn("dhcp lease renewed but not applied", "interface", next.Interface, "error", err)
+	}
+	return nil
+}
+
+func (k *lease4) acquire(ctx context.Context, h *netlink.Handle) error {
+	return untilAcquired(ctx, k.opts, k.l.Attrs().Name, "dhcp", func() error {
+		res, err := dhcpLink(ctx, k.opts, k.l)
+		if err != nil {
+			return err
+		}
+		if err := apply(h, k.l, res); err != nil {
+			return err
+		}
+		k.res = res
+		return nil
+	})
+}
+
+// untilAcquired calls get, pausing with backoff after each failure (logged
+// at warn), until it succeeds or ctx ends (its error).
+func untilAcquired(ctx context.Context, opts Options, link, proto string, get func() error) error {
+	backoff := opts.Backoff
+	for {
+		err := get()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		opts.Logger.Warn("no new "+proto+" lease yet", "interface", link, "error", err)
+		if !sleepUntil(ctx, time.Now().Add(backoff)) {
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, maxBackoff)
 	}
 }
 
@@ -236,29 +328,6 @@ func renewOnce(life context.Context, opts Options, l netlink.Link, res *Result, 
 	}
 	next.MTU = res.MTU // keep what Configure applied (opts.MTU may have overridden the lease's)
 	return next, nil
-}
-
-// reacquire runs DHCP from scratch with backoff until a lease is applied
-// or life ends (the error).
-func reacquire(life context.Context, opts Options, h *netlink.Handle, l netlink.Link) (*Result, time.Time, error) {
-	backoff := opts.Backoff
-	for {
-		res, err := dhcpLink(life, opts, l)
-		if err == nil {
-			if err = apply(h, l, res); err == nil {
-				opts.Logger.Info("dhcp lease acquired again", "interface", res.Interface, "address", res.Address, "lease", res.LeaseTime)
-				return res, time.Now(), nil
-			}
-		}
-		if life.Err() != nil {
-			return nil, time.Time{}, life.Err()
-		}
-		opts.Logger.Warn("no new dhcp lease yet", "interface", l.Attrs().Name, "error", err)
-		if !sleepUntil(life, time.Now().Add(backoff)) {
-			return nil, time.Time{}, life.Err()
-		}
-		backoff = min(backoff*2, maxBackoff)
-	}
 }
 
 // sleepUntil waits until t; false means ctx ended first.

@@ -326,6 +326,9 @@ func (s *Setup) Check(path func(kind string, i int) string) []string {
 		if _, ok := slaves[v.Link]; ok {
 			add(w+".link", "%q is a bond slave; put the VLAN on the bond", v.Link)
 		}
+		if vc, pc := s.linkOf(v.Name), s.linkOf(v.Link); vc != nil && pc != nil && vc.MTU > 0 && pc.MTU > 0 && vc.MTU > pc.MTU {
+			add(w, "the VLAN's MTU %d is larger than the MTU %d of its link %s", vc.MTU, pc.MTU, v.Link)
+		}
 	}
 	seen := map[string]bool{}
 	for i, l := range s.Links {

@@ -18,6 +18,7 @@ import (
 	"github.com/insomniacslk/dhcp/rfc1035label"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // testNet is a pair of network namespaces the test created: "server" holds
@@ -62,11 +63,11 @@ func newTestNet(t *testing.T) *testNet {
 		return ns
 	}
 	n := &testNet{srvNS: newNS(), cliNS: newNS()}
-	if n.srv, err = netlink.NewHandleAt(n.srvNS); err != nil {
+	if n.srv, err = netlink.NewHandleAt(n.srvNS, unix.NETLINK_ROUTE); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.srv.Close)
-	if n.cli, err = netlink.NewHandleAt(n.cliNS); err != nil {
+	if n.cli, err = netlink.NewHandleAt(n.cliNS, unix.NETLINK_ROUTE); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.cli.Close)

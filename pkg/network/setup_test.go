@@ -145,31 +145,46 @@ func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
 }
 
 // requireLinkKinds fails (in CI) or skips (elsewhere) when the kernel
-// cannot create links of these kinds: bonding and 8021q are modules that
-// some test hosts' kernels lack.
+// cannot create links of these kinds ("bond", "vlan"): bonding and 8021q
+// are modules that some test hosts' kernels lack. It probes in the client
+// namespace and removes what it made.
 func requireLinkKinds(t *testing.T, n *testNet, kinds ...string) {
 	t.Helper()
 	for _, k := range kinds {
-		var l netlink.Link
-		la := netlink.NewLinkAttrs()
-		la.Name = "probe-" + k
+		var err error
 		switch k {
 		case "bond":
-			l = netlink.NewLinkBond(la)
+			la := netlink.NewLinkAttrs()
+			la.Name = "probebond"
+			if err = n.cli.LinkAdd(netlink.NewLinkBond(la)); err == nil {
+				err = n.cli.LinkDel(netlink.NewLinkBond(la))
+			}
 		case "vlan":
-			la.ParentIndex = 1 // lo: refused with EINVAL-like errors, not EOPNOTSUPP, when 8021q exists
-			l = &netlink.Vlan{LinkAttrs: la, VlanId: 2}
-		}
-		err := n.cli.LinkAdd(l)
-		if err == nil {
-			_ = n.cli.LinkDel(l)
-			continue
+			// On a veth: the loopback refuses VLANs whatever the kernel.
+			la := netlink.NewLinkAttrs()
+			la.Name = "probe0"
+			veth := &netlink.Veth{LinkAttrs: la, PeerName: "probe1"}
+			if err = n.cli.LinkAdd(veth); err != nil {
+				t.Fatal(err)
+			}
+			p, _ := n.cli.LinkByName("probe0")
+			vla := netlink.NewLinkAttrs()
+			vla.Name, vla.ParentIndex = "probe0.2", p.Attrs().Index
+			err = n.cli.LinkAdd(&netlink.Vlan{LinkAttrs: vla, VlanId: 2})
+			if derr := n.cli.LinkDel(p); derr != nil {
+				t.Fatal(derr)
+			}
+		default:
+			t.Fatalf("requireLinkKinds: unknown kind %q", k)
 		}
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			if os.Getenv("CI") == "true" {
 				t.Fatalf("the kernel cannot create %s links (load the bonding and 8021q modules): %v", k, err)
 			}
 			t.Skipf("the kernel cannot create %s links here: %v", k, err)
+		}
+		if err != nil {
+			t.Fatalf("probe %s links: %v", k, err)
 		}
 	}
 }

@@ -394,3 +394,35 @@ func TestConfigureSetupMissingLink(t *testing.T) {
 		t.Error("bond0 created although a slave is missing")
 	}
 }
+
+// An 802.3ad bond gets its LACP rate, transmit hash policy and link
+// monitoring interval (the default when the config gives none), and a
+// static address; run twice, the second run replaces the bond.
+func TestConfigureSetupLACP(t *testing.T) {
+	n := newTestNet(t)
+	requireLinkKinds(t, n, "bond")
+	n.veth(t, "s0", "l0", "10.127.0.1/24", false)
+	n.veth(t, "s1", "l1", "10.127.1.1/24", false)
+	opts := n.opts(t)
+	opts.Setup = &Setup{
+		Bonds: []Bond{{Name: "bond7", Mode: Bond8023AD, Interfaces: []string{"l0", "l1"}, LACPRate: "fast", XmitHashPolicy: "layer3+4"}},
+		Links: []LinkConfig{{Name: "bond7", Addresses: []netip.Prefix{netip.MustParsePrefix("10.127.0.5/24")}}},
+	}
+	for run := 1; run <= 2; run++ {
+		if _, err := Configure(context.Background(), opts); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		bl, err := n.cli.LinkByName("bond7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, ok := bl.(*netlink.Bond)
+		if !ok || b.Mode != netlink.BOND_MODE_802_3AD || b.LacpRate != netlink.BOND_LACP_RATE_FAST ||
+			b.XmitHashPolicy != netlink.BOND_XMIT_HASH_POLICY_LAYER3_4 || b.Miimon != DefaultMIIMon {
+			t.Errorf("run %d: bond7 = %T %+v, want 802.3ad, fast, layer3+4, miimon %d", run, bl, bl, DefaultMIIMon)
+		}
+		if !n.hasAddr(t, "bond7", "10.127.0.5/24") {
+			t.Errorf("run %d: bond7 lacks 10.127.0.5/24", run)
+		}
+	}
+}

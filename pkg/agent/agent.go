@@ -105,6 +105,8 @@ func New(sys *initsys.System) *Agent {
 // deprovisioning) plan and returns how to leave the machine. Failures are
 // logged and reported; they choose the handoff through the failure policy.
 func (a *Agent) Run(ctx context.Context) initsys.Handoff {
+	ctx, endRun := context.WithCancel(ctx) // ends DHCP lease renewal with the run
+	defer endRun()
 	hold := a.Cmdline.HoldRequested()
 	if a.Cmdline.Flag(config.CmdlineInsecureHTTP) {
 		a.Log.Warn("plain HTTP allowed by " + config.CmdlineInsecureHTTP + ": configs, images and the machine token may travel unencrypted")
@@ -202,7 +204,7 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 		a.Log.Info("network disabled by kernel parameter ip=")
 		return nil, nil
 	}
-	opts := network.Options{Logger: a.Log, Timeout: NetworkTimeout, Static: plan.Static, Interfaces: plan.Interfaces}
+	opts := plan.options(ctx, a.Log)
 	nctx, cancel := context.WithTimeout(ctx, NetworkTimeout)
 	defer cancel()
 	res, err := a.ConfigureNetwork(nctx, opts)
@@ -211,6 +213,7 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 	}
 	a.Log.Info("network up", "interface", res.Interface, "mac", res.MAC, "address", res.Address.String(),
 		"gateway", res.Gateway.String(), "method", string(res.Method), "from", plan.Source)
+	startLLDP(ctx, a.Log, lldpLinks(plan, res)) // in the background, ends with the run
 	return res, nil
 }
 

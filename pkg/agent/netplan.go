@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/network"
@@ -24,6 +25,9 @@ type netPlan struct {
 	Static *network.StaticConfig
 	// Interfaces limits DHCP to these links; empty means every link.
 	Interfaces []string
+	// Setup, when set, is the config's bonds, VLANs and links, applied
+	// instead of Static and Interfaces.
+	Setup *network.Setup
 	// Source is where the plan came from: netFromCmdline, netFromConfig or netFromDHCP.
 	Source string
 }
@@ -33,7 +37,8 @@ type netPlan struct {
 //  2. else the network: section of a config a local provider (config
 //     drive, /deploy) holds (local, nil when there is none): a static
 //     address is applied with its gateway and DNS and no DHCP at all; an
-//     interface alone limits DHCP to that link;
+//     interface alone limits DHCP to that link; bonds, VLANs and links
+//     are created and configured as network.Setup;
 //  3. else DHCP on every link with carrier.
 //
 // A bad ip= or network: is an error naming it, and no plan.
@@ -51,6 +56,13 @@ func planNetwork(cl config.Cmdline, local *config.MachineConfig) (netPlan, error
 	}
 	if local != nil {
 		n := local.Network
+		if n.HasSetup() {
+			s, err := n.Setup()
+			if err != nil {
+				return netPlan{}, fmt.Errorf("config network: %w", err)
+			}
+			return netPlan{Source: netFromConfig, Setup: s}, nil
+		}
 		switch {
 		case n.Address != "":
 			sc, err := network.ParseStatic(n.Interface, n.Address, n.Gateway, n.DNS)
@@ -63,6 +75,19 @@ func planNetwork(cl config.Cmdline, local *config.MachineConfig) (netPlan, error
 		}
 	}
 	return netPlan{Source: netFromDHCP}, nil
+}
+
+// options are the network.Options of the plan. DHCPv4 leases are renewed
+// until run ends (the agent's Run); a lease lost anyway is logged as an
+// error on log.
+func (p netPlan) options(run context.Context, log *slog.Logger) network.Options {
+	return network.Options{
+		Logger: log, Timeout: NetworkTimeout, Static: p.Static, Interfaces: p.Interfaces, Setup: p.Setup,
+		Lifetime: run,
+		OnLeaseLost: func(link string, err error) {
+			log.Error("network lost: the DHCP lease ran out; fetches on this link fail until a new lease", "interface", link, "error", err)
+		},
+	}
 }
 
 // localConfig asks the local providers (config drive, /deploy) for the

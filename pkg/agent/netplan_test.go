@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -182,5 +183,43 @@ export STATIC_IFACE="eno1"
 	if plan.Source != netFromConfig || plan.Static == nil || plan.Static.Address != netip.MustParsePrefix("10.1.2.3/24") ||
 		plan.Static.Gateway != netip.MustParseAddr("10.1.2.1") || plan.Static.Device != "eno1" {
 		t.Fatalf("plan = %+v (static %+v), want 10.1.2.3/24 via 10.1.2.1 on eno1", plan, plan.Static)
+	}
+}
+
+// A local config's bonds, VLANs and links become the plan's Setup, which
+// reaches Configure with the run's context for lease renewal; a broken one
+// is an error naming the field.
+func TestPlanNetworkSetup(t *testing.T) {
+	bonded := cfgWith(func(c *config.MachineConfig) {
+		c.Network = config.NetworkSpec{
+			Bonds: []config.BondSpec{{Name: "bond0", Mode: "active-backup", Interfaces: []string{"eth0", "eth1"}}},
+			VLANs: []config.VLANSpec{{Link: "bond0", ID: 42}},
+			Links: []config.LinkSpec{{Name: "bond0.42", DHCP4: true}},
+		}
+	})
+	p, err := planNetwork(config.ParseCmdline(""), bonded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Source != netFromConfig || p.Setup == nil || p.Static != nil ||
+		len(p.Setup.Bonds) != 1 || p.Setup.VLANs[0].Name != "bond0.42" || !p.Setup.Links[0].DHCP4 {
+		t.Fatalf("plan = %+v, setup %+v", p, p.Setup)
+	}
+	run, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := p.options(run, slog.New(slog.DiscardHandler))
+	if opts.Setup != p.Setup || opts.Lifetime != run || opts.OnLeaseLost == nil {
+		t.Errorf("options %+v: want the plan's setup, the run's context and a loss handler", opts)
+	}
+
+	// The kernel's ip= still wins over a setup.
+	if p, err := planNetwork(config.ParseCmdline("ip=dhcp"), bonded); err != nil || p.Setup != nil {
+		t.Errorf("with ip=dhcp: plan %+v, %v; want no setup", p, err)
+	}
+
+	broken := bonded.Clone()
+	broken.Network.Bonds[0].Mode = "round-robin"
+	if _, err := planNetwork(config.ParseCmdline(""), broken); err == nil || !strings.Contains(err.Error(), "network.bonds[0].mode") {
+		t.Errorf("broken bond: err %v, want one naming network.bonds[0].mode", err)
 	}
 }

@@ -162,7 +162,9 @@ type CloudInitSpec struct {
 	NetworkConfig string `json:"networkConfig,omitempty"`
 }
 
-// NetworkSpec configures the agent's network when the kernel command line has no ip=.
+// NetworkSpec configures the agent's network when the kernel command line
+// has no ip=: either the simple form (interface, address, gateway) or
+// bonds, VLANs and links (see network.go), with dns for both.
 type NetworkSpec struct {
 	// Interface limits DHCP/static configuration to one link name; empty means all links with carrier.
 	Interface string `json:"interface,omitempty"`
@@ -170,6 +172,14 @@ type NetworkSpec struct {
 	Address string   `json:"address,omitempty"`
 	Gateway string   `json:"gateway,omitempty"`
 	DNS     []string `json:"dns,omitempty"`
+	// Search domains for the agent (and the installed OS with Persist).
+	Search []string   `json:"search,omitempty"`
+	Bonds  []BondSpec `json:"bonds,omitempty"`
+	VLANs  []VLANSpec `json:"vlans,omitempty"`
+	Links  []LinkSpec `json:"links,omitempty"`
+	// Persist writes bonds, VLANs and links into the installed OS
+	// (netplan when it has /etc/netplan, else systemd-networkd).
+	Persist bool `json:"persist,omitempty"`
 }
 
 // Defaults applied by Parse and ApplyDefaults to fields left empty.

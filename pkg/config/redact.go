@@ -57,7 +57,7 @@ func (c *MachineConfig) Clone() *MachineConfig {
 	r.PostProvisionCommands = slices.Clone(c.PostProvisionCommands)
 	r.DNS.Nameservers = slices.Clone(c.DNS.Nameservers)
 	r.DNS.Search = slices.Clone(c.DNS.Search)
-	r.Network.DNS = slices.Clone(c.Network.DNS)
+	r.Network = c.Network.clone()
 	r.Kubelet.NodeLabels = maps.Clone(c.Kubelet.NodeLabels)
 	if c.EFIBootEntry != nil {
 		v := *c.EFIBootEntry

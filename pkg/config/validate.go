@@ -242,7 +242,7 @@ func (c *MachineConfig) validate() []problem {
 		case !p.Addr().Is4():
 			// The agent's own network is IPv4 (ip=, DHCPv4): network.ParseStatic,
 			// which applies it, takes nothing else.
-			add("network.address", "want an IPv4 address in CIDR form like \"192.0.2.10/24\" (the agent's network is IPv4), got %q", n.Address)
+			add("network.address", "want an IPv4 address in CIDR form like \"192.0.2.10/24\" (IPv6 addresses go under network.links), got %q", n.Address)
 		default:
 			prefix = p
 		}
@@ -262,6 +262,15 @@ func (c *MachineConfig) validate() []problem {
 		if _, err := netip.ParseAddr(ns); err != nil {
 			add(fmt.Sprintf("network.dns[%d]", i), "want an IP address, got %q", ns)
 		}
+	}
+	for i, d := range n.Search {
+		if err := checkHostname(strings.TrimSuffix(d, ".")); err != "" {
+			add(fmt.Sprintf("network.search[%d]", i), "%s", err)
+		}
+	}
+	n.setup(add)
+	if n.Persist && !n.HasSetup() {
+		add("network.persist", "set but there are no bonds, vlans or links to write")
 	}
 	if c.Health != nil {
 		c.Health.validate(add)

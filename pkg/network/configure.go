@@ -52,6 +52,16 @@ type Options struct {
 	// Static, when non-nil with Method MethodStatic, is applied instead of
 	// DHCP; MethodOff only raises the links. Static.Device narrows Interfaces.
 	Static *StaticConfig
+	// Setup, when non-nil, is applied instead of Interfaces, Static and
+	// MTU: its bonds and VLANs are created, every link's MTU, SLAAC,
+	// static addresses and routes set, and DHCPv4/DHCPv6 run where it asks.
+	Setup *Setup
+	// Lifetime, when set, keeps DHCPv4 and DHCPv6 leases renewed until it
+	// ends (see keepLease); nil lets them lapse.
+	Lifetime context.Context
+	// OnLeaseLost is called (from the renewal goroutine) when a lease ends
+	// without renewal; the error wraps ErrLeaseLost. nil: only logged.
+	OnLeaseLost func(link string, err error)
 	// MTU to set on the configured link; 0 uses the lease's interface MTU
 	// option (26) if any, else leaves it alone.
 	MTU int
@@ -101,6 +111,8 @@ type Result struct {
 	BootFile   string        `json:"bootFile,omitempty"`
 	ServerID   netip.Addr    `json:"serverID,omitzero"`
 	LeaseTime  time.Duration `json:"leaseTime,omitempty"`
+	// renewal and rebinding are the lease's T1 and T2 options (0: absent).
+	renewal, rebinding time.Duration
 }
 
 func (o *Options) defaults() {
@@ -139,6 +151,17 @@ func (o *Options) defaults() {
 // DHCPTimeout, with at most DHCPAttempts per link and exponential backoff.
 // Errors wrap ErrNoLinks, ErrNoCarrier or ErrNoLease, or name the netlink
 // operation that failed; a failure after an address was applied leaves it.
+//
+// With Setup set, that is applied instead: every link it names must exist;
+// bonds are created (an existing bond of the name is replaced) and their
+// interfaces enslaved, VLANs created, MTU and accept_ra set, everything
+// raised, carrier awaited on the configured links, static addresses and
+// routes applied, and DHCPv4/DHCPv6 run on the links that ask for it (each
+// must get a lease). The result is the first configured link's first
+// address, a DHCPv4 lease ahead of a static IPv6 one.
+//
+// With Lifetime set, every DHCPv4 and DHCPv6 lease is renewed in the
+// background until Lifetime ends (see keepLease).
 func Configure(ctx context.Context, opts Options) (*Result, error) {
 	opts.defaults()
 	log := opts.Logger
@@ -148,20 +171,15 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 	h := opts.Handle
 	if h == nil {
 		var err error
-		// Only NETLINK_ROUTE: asking for every family also opens XFRM
-		// sockets, which fail with EPROTONOSUPPORT on kernels where
-		// xfrm_user is a module that is not loaded (Debian's, in the initramfs).
-		if opts.NetNS > 0 {
-			h, err = netlink.NewHandleAt(opts.NetNS, unix.NETLINK_ROUTE)
-		} else {
-			h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("open netlink handle: %w", err)
+		if h, err = openHandle(opts.NetNS); err != nil {
+			return nil, err
 		}
 		defer h.Close()
 	}
 
+	if opts.Setup != nil {
+		return configureSetup(ctx, opts, h)
+	}
 	filter := opts.Interfaces
 	if opts.Static != nil && opts.Static.Device != "" {
 		filter = []string{opts.Static.Device}
@@ -215,7 +233,28 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 	}
 	log.Info("network configured", "method", res.Method, "interface", res.Interface, "mac", res.MAC,
 		"address", res.Address, "gateway", res.Gateway, "dns", res.DNS)
+	if res.Method == MethodDHCP {
+		startKeeper(opts, &lease4{opts: opts, l: link, res: res})
+	}
 	return res, nil
+}
+
+// openHandle opens a netlink handle in ns (0: the current namespace).
+// Only NETLINK_ROUTE: asking for every family also opens XFRM sockets,
+// which fail with EPROTONOSUPPORT on kernels where xfrm_user is a module
+// that is not loaded (Debian's, in the initramfs).
+func openHandle(ns netns.NsHandle) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	var err error
+	if ns > 0 {
+		h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	} else {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open netlink handle: %w", err)
+	}
+	return h, nil
 }
 
 // candidateLinks lists links worth configuring, sorted by name.
@@ -380,21 +419,10 @@ func dhcpOnce(ctx context.Context, opts Options, l netlink.Link) (*Result, error
 	name := l.Attrs().Name
 	ctx, cancel := context.WithTimeout(ctx, opts.DHCPTimeout)
 	defer cancel()
-	var client *nclient4.Client
-	err := inNetNS(opts.NetNS, func() error {
-		conn, err := nclient4.NewRawUDPConn(name, dhcpv4.ClientPort)
-		if err != nil {
-			return fmt.Errorf("open dhcp socket on %s: %w", name, err)
-		}
-		// Retransmit within the attempt: a lost packet costs a quarter of it.
-		client, err = nclient4.NewWithConn(conn, l.Attrs().HardwareAddr,
-			nclient4.WithTimeout(max(opts.DHCPTimeout/4, 250*time.Millisecond)), nclient4.WithRetry(4))
-		if err != nil {
-			conn.Close()
-			return fmt.Errorf("create dhcp client on %s: %w", name, err)
-		}
-		return nil
-	})
+	// Retransmit within the attempt: a lost packet costs a quarter of it.
+	client, err := openClient(opts.NetNS, l, func() (net.PacketConn, error) {
+		return nclient4.NewRawUDPConn(name, dhcpv4.ClientPort)
+	}, nclient4.WithTimeout(max(opts.DHCPTimeout/4, 250*time.Millisecond)), nclient4.WithRetry(4))
 	if err != nil {
 		return nil, err
 	}
@@ -408,6 +436,26 @@ func dhcpOnce(ctx context.Context, opts Options, l netlink.Link) (*Result, error
 		return nil, err
 	}
 	return leaseResult(name, l.Attrs().HardwareAddr, ack)
+}
+
+// openClient opens a DHCPv4 client on link l over the socket open makes,
+// both in network namespace ns (0: the current one).
+func openClient(ns netns.NsHandle, l netlink.Link, open func() (net.PacketConn, error), copts ...nclient4.ClientOpt) (*nclient4.Client, error) {
+	name := l.Attrs().Name
+	var client *nclient4.Client
+	err := inNetNS(ns, func() error {
+		conn, err := open()
+		if err != nil {
+			return fmt.Errorf("open dhcp socket on %s: %w", name, err)
+		}
+		client, err = nclient4.NewWithConn(conn, l.Attrs().HardwareAddr, copts...)
+		if err != nil {
+			conn.Close()
+			return fmt.Errorf("create dhcp client on %s: %w", name, err)
+		}
+		return nil
+	})
+	return client, err
 }
 
 // leaseResult turns an ACK into a Result; an ACK without an address or
@@ -430,6 +478,8 @@ func leaseResult(name string, mac net.HardwareAddr, ack *dhcpv4.DHCPv4) (*Result
 		Hostname:  ack.HostName(),
 		BootFile:  ack.BootFileNameOption(),
 		LeaseTime: ack.IPAddressLeaseTime(0),
+		renewal:   ack.IPAddressRenewalTime(0),
+		rebinding: ack.IPAddressRebindingTime(0),
 	}
 	if res.BootFile == "" {
 		res.BootFile = strings.TrimRight(ack.BootFileName, "\x00")

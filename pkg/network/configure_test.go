@@ -18,6 +18,7 @@ import (
 	"github.com/insomniacslk/dhcp/rfc1035label"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // testNet is a pair of network namespaces the test created: "server" holds
@@ -62,11 +63,11 @@ func newTestNet(t *testing.T) *testNet {
 		return ns
 	}
 	n := &testNet{srvNS: newNS(), cliNS: newNS()}
-	if n.srv, err = netlink.NewHandleAt(n.srvNS); err != nil {
+	if n.srv, err = netlink.NewHandleAt(n.srvNS, unix.NETLINK_ROUTE); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.srv.Close)
-	if n.cli, err = netlink.NewHandleAt(n.cliNS); err != nil {
+	if n.cli, err = netlink.NewHandleAt(n.cliNS, unix.NETLINK_ROUTE); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.cli.Close)
@@ -136,6 +137,13 @@ func (n *testNet) dhcpServer(t *testing.T, ifname string) {
 			t.Errorf("send dhcp reply: %v", err)
 		}
 	}
+	n.serveDHCP(t, ifname, handler)
+}
+
+// serveDHCP runs a DHCPv4 server with handler on ifname in the server
+// namespace until the test ends.
+func (n *testNet) serveDHCP(t *testing.T, ifname string, handler server4.Handler) {
+	t.Helper()
 	var srv *server4.Server
 	err := inNetNS(n.srvNS, func() error {
 		var err error
@@ -162,14 +170,14 @@ func (n *testNet) opts(t *testing.T) Options {
 	}
 }
 
-// assertApplied checks the address and default route on the client link.
-func (n *testNet) assertApplied(t *testing.T, ifname, prefix, gw string) {
+// addrs lists the addresses (CIDR) of ifname in the client namespace.
+func (n *testNet) addrs(t *testing.T, ifname string) []string {
 	t.Helper()
 	l, err := n.cli.LinkByName(ifname)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, err := n.cli.AddrList(l, netlink.FAMILY_V4)
+	addrs, err := n.cli.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +185,18 @@ func (n *testNet) assertApplied(t *testing.T, ifname, prefix, gw string) {
 	for _, a := range addrs {
 		got = append(got, a.IPNet.String())
 	}
-	if !slices.Contains(got, prefix) {
+	return got
+}
+
+// assertApplied checks the address and default route on the client link.
+func (n *testNet) assertApplied(t *testing.T, ifname, prefix, gw string) {
+	t.Helper()
+	if got := n.addrs(t, ifname); !slices.Contains(got, prefix) {
 		t.Errorf("addresses on %s = %v, want %s", ifname, got, prefix)
+	}
+	l, err := n.cli.LinkByName(ifname)
+	if err != nil {
+		t.Fatal(err)
 	}
 	routes, err := n.cli.RouteList(l, netlink.FAMILY_V4)
 	if err != nil {

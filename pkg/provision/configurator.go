@@ -89,6 +89,9 @@ type Configurator struct {
 	// pciVendorCheck reports whether a PCI device of a vendor ID ("15b3")
 	// is present (SetupMellanox).
 	pciVendorCheck func(vendorID string) (bool, error)
+	// linkMACs returns the permanent MACs of the named links and the names
+	// not found (ConfigureNetwork); nil reads them with netlink.
+	linkMACs func(names []string) (map[string]string, []string)
 }
 
 // NewConfigurator creates a Configurator for the OS mounted at

@@ -115,13 +115,14 @@ func TestProvisionPlanNames(t *testing.T) {
 			c.Handoff = config.HandoffKexec
 			c.Hostname = "n1"
 			c.DNS.Nameservers = []string{"10.0.0.53"}
+			c.Network = config.NetworkSpec{Persist: true, Links: []config.LinkSpec{{Name: "eth0", DHCP4: true}}}
 			c.Kubelet.ProviderID = "metal://x"
 			c.CloudInit.UserData = "#cloud-config"
 			c.PostProvisionCommands = []string{"true"}
 			c.KernelParams = []string{"quiet"}
 			c.Mellanox.NumVFs = 8
 		}, want: []string{StepSelectDisk, StepWriteImage, StepGrowPartition, StepMountRoot, StepGrowFilesystem,
-			StepCopyFiles, StepSetHostname, StepConfigureDNS, StepConfigureKubelet, StepCloudInitSeed,
+			StepCopyFiles, StepSetHostname, StepConfigureDNS, StepConfigureNetwork, StepConfigureKubelet, StepCloudInitSeed,
 			StepMachineCommands, StepPostProvision, StepConfigureGRUB, StepEFIBootEntry, StepPrepareKexec,
 			StepUnmountRoot, StepSetupMellanox, StepReportSuccess}},
 		{name: "efi entry not wanted", efi: true, cfg: func(c *config.MachineConfig) { f := false; c.EFIBootEntry = &f },

@@ -18,6 +18,7 @@ const (
 	StepCopyFiles        = "copy-files"
 	StepSetHostname      = "set-hostname"
 	StepConfigureDNS     = "configure-dns"
+	StepConfigureNetwork = "configure-network"
 	StepConfigureKubelet = "configure-kubelet"
 	StepCloudInitSeed    = "cloud-init-seed"
 	StepMachineCommands  = "machine-commands"
@@ -75,6 +76,7 @@ func (o *Orchestrator) ProvisionPlan() []Step {
 		AppendWhen(o.deployHas("file-system") || o.deployHas("machine-files"), StepCopyFiles, o.stepCopyFiles).
 		AppendWhen(c.Hostname != "", StepSetHostname, o.stepSetHostname).
 		AppendWhen(len(c.DNS.Nameservers) > 0 || len(c.DNS.Search) > 0, StepConfigureDNS, o.stepConfigureDNS).
+		AppendWhen(c.Network.Persist && c.Network.HasSetup(), StepConfigureNetwork, o.stepConfigureNetwork).
 		AppendWhen(c.Kubelet.ProviderID != "" || len(c.Kubelet.NodeLabels) > 0, StepConfigureKubelet, o.stepConfigureKubelet).
 		AppendWhen(c.CloudInit != (config.CloudInitSpec{}), StepCloudInitSeed, o.stepCloudInitSeed).
 		AppendWhen(o.deployHas("machine-commands"), StepMachineCommands, o.stepMachineCommands).

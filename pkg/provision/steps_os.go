@@ -102,6 +102,10 @@ func (o *Orchestrator) stepSetHostname(context.Context) error { return o.conf.Se
 
 func (o *Orchestrator) stepConfigureDNS(context.Context) error { return o.conf.ConfigureDNS(o.cfg) }
 
+func (o *Orchestrator) stepConfigureNetwork(context.Context) error {
+	return o.conf.ConfigureNetwork(o.cfg)
+}
+
 func (o *Orchestrator) stepConfigureKubelet(context.Context) error {
 	return o.conf.ConfigureKubelet(o.cfg)
 }

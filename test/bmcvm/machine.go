@@ -184,7 +184,7 @@ func (m *Machine) PowerOff(ctx context.Context, graceful bool) error {
 		if bound <= 0 {
 			bound = DefaultGracefulTimeout
 		}
-		if err := qmpExecute(ctx, m.QMPSocket(), "system_powerdown"); err != nil {
+		if err := vm.QMP(ctx, m.QMPSocket(), "system_powerdown", nil); err != nil {
 			m.logger().Warn("bmcvm: acpi power off failed, killing qemu", "err", err)
 		} else {
 			t := time.NewTimer(bound)
@@ -216,7 +216,7 @@ func (m *Machine) Reset(ctx context.Context) error {
 	if m.running() == nil {
 		return errors.New("reset qemu machine: it is off")
 	}
-	if err := qmpExecute(ctx, m.QMPSocket(), "system_reset"); err != nil {
+	if err := vm.QMP(ctx, m.QMPSocket(), "system_reset", nil); err != nil {
 		return fmt.Errorf("reset qemu machine: %w", err)
 	}
 	m.mu.Lock()
@@ -233,7 +233,7 @@ func (m *Machine) QMP(ctx context.Context, command string) error {
 	if m.running() == nil {
 		return fmt.Errorf("qmp %s: qemu machine is off", command)
 	}
-	return qmpExecute(ctx, m.QMPSocket(), command)
+	return vm.QMP(ctx, m.QMPSocket(), command, nil)
 }
 
 // State returns bmc.PowerOn while QEMU runs, bmc.PowerOff otherwise.

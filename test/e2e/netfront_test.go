@@ -14,7 +14,7 @@ import (
 )
 
 // newTap creates a persistent tap device named name in the test's network
-// namespace with hostAddr (CIDR) on it, up, for QEMU to attach with
+// namespace with hostAddr (CIDR; "" for none) on it, up, for QEMU to attach with
 // -nic tap,ifname=NAME,script=no,downscript=no. Nothing serves DHCP on it.
 // A cleanup deletes it.
 func newTap(t *testing.T, name, hostAddr string) {
@@ -34,12 +34,14 @@ func newTap(t *testing.T, name, hostAddr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := netlink.ParseAddr(hostAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.AddrAdd(l, addr); err != nil {
-		t.Fatalf("add %s to %s: %v", hostAddr, name, err)
+	if hostAddr != "" {
+		addr, err := netlink.ParseAddr(hostAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			t.Fatalf("add %s to %s: %v", hostAddr, name, err)
+		}
 	}
 	if err := netlink.LinkSetUp(l); err != nil {
 		t.Fatalf("set %s up: %v", name, err)

@@ -1,4 +1,4 @@
-package bmcvm
+package vm
 
 import (
 	"context"
@@ -25,11 +25,12 @@ type qmpMessage struct {
 	Event string `json:"event"`
 }
 
-// qmpExecute connects to QEMU's QMP socket (retrying while it does not
-// exist yet, within qmpDialBound), reads the greeting, leaves capability
-// negotiation and runs command. It fails with QEMU's error class and
-// description, or when ctx ends.
-func qmpExecute(ctx context.Context, socket, command string) error {
+// QMP connects to QEMU's QMP socket (-qmp unix:SOCKET,server=on,wait=off;
+// retrying while it does not exist yet, within qmpDialBound), reads the
+// greeting, leaves capability negotiation and runs command with args (nil:
+// none), e.g. "set_link" with {"name": "nic0", "up": false}. It fails with
+// QEMU's error class and description, or when ctx ends.
+func QMP(ctx context.Context, socket, command string, args map[string]any) error {
 	ctx, cancel := context.WithTimeout(ctx, qmpDialBound)
 	defer cancel()
 	var conn net.Conn
@@ -60,7 +61,11 @@ func qmpExecute(ctx context.Context, socket, command string) error {
 		return fmt.Errorf("qmp %s: %s is not a QMP socket", command, socket)
 	}
 	for _, cmd := range []string{"qmp_capabilities", command} {
-		if err := enc.Encode(map[string]string{"execute": cmd}); err != nil {
+		msg := map[string]any{"execute": cmd}
+		if cmd == command && args != nil {
+			msg["arguments"] = args
+		}
+		if err := enc.Encode(msg); err != nil {
 			return fmt.Errorf("qmp %s: send %s: %w", command, cmd, err)
 		}
 		for {

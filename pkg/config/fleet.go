@@ -175,7 +175,8 @@ func (p *ServerProvider) post(ctx context.Context, what string, v any, b Backoff
 }
 
 // waitCommand long-polls bootyd until a provision or deprovision command
-// comes, and returns its config. Meanwhile it runs inspections (collect
+// comes, and returns its config; a config that does not parse is reported
+// (load-config failed, the command failed) and returned as the error. Meanwhile it runs inspections (collect
 // the hardware, report it) and answers reboot and poweroff with a
 // *CommandHandoff after reporting them done. A lost session (401: bootyd
 // lost its database, or the session ended) enrolls again. It returns
@@ -245,11 +246,22 @@ func (p *ServerProvider) waitCommand(ctx context.Context, client *http.Client, m
 		case api.CommandProvision, api.CommandDeprovision:
 			cfg, err := Parse(cmd.Config)
 			if err != nil {
+				// As a bad config file always was: reported under
+				// load-config, and the boot fails.
 				err = fmt.Errorf("config of command %s from bootyd %s: %w", cmd.Kind, redactURL(p.URL), err)
+				now := time.Now()
+				for _, r := range []api.StatusReport{
+					{Step: api.StepLoadConfig, State: api.StateFailed, Error: err.Error(), Time: now},
+					{Step: api.StepMachine, State: api.StateError, Error: "step " + api.StepLoadConfig + ": " + err.Error(), Time: now},
+				} {
+					if rerr := p.ReportStatus(ctx, r); rerr != nil {
+						log.Warn("cannot report the bad config", "error", rerr)
+					}
+				}
 				if cerr := p.complete(ctx, api.CommandResult{Kind: cmd.Kind, Generation: cmd.Generation, Error: err.Error()}); cerr != nil {
 					log.Warn("cannot report the bad config", "error", cerr)
 				}
-				continue
+				return nil, err
 			}
 			return cfg, nil
 		default:

@@ -455,27 +455,27 @@ func TestServerProviderLoad(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
-	t.Run("bad config of a command is reported as its failure, and the agent waits on", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
+	t.Run("bad config of a command is reported as load-config and the command's failure", func(t *testing.T) {
 		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
-			if r.Method == "POST" && strings.HasSuffix(r.URL.Path, "/command") {
-				cancel()
-				return
-			}
 			fleetAnswer(t, w, r, "52:54:00:aa:bb:01", "tok-9", "apiVersion: booty.dev/v1\nmode: deprovision\nhandoff: warp\n")
 		})
 		log, buf := logBuffer()
-		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff, Log: log}).Load(ctx)
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v, want the wait to go on until ctx ends", err)
+		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff, Log: log}).Load(context.Background())
+		if err == nil || !strings.Contains(err.Error(), `handoff: unknown handoff "warp"`) {
+			t.Fatalf("err = %v", err)
 		}
 		reqs := srv.requests()
-		if len(reqs) != 3 || reqs[2].Path != "/v1/machines/52:54:00:aa:bb:01/command" || reqs[2].Auth != "Bearer tok-9" {
+		if len(reqs) != 5 || reqs[4].Path != "/v1/machines/52:54:00:aa:bb:01/command" || reqs[4].Auth != "Bearer tok-9" {
 			t.Fatalf("requests = %+v", reqs)
 		}
+		var first, last api.StatusReport
+		json.Unmarshal([]byte(reqs[2].Body), &first)
+		json.Unmarshal([]byte(reqs[3].Body), &last)
+		if first.Step != api.StepLoadConfig || first.State != api.StateFailed || first.Generation != 7 || last.Step != api.StepMachine || last.State != api.StateError {
+			t.Errorf("reports = %+v, %+v", first, last)
+		}
 		var res api.CommandResult
-		json.Unmarshal([]byte(reqs[2].Body), &res)
+		json.Unmarshal([]byte(reqs[4].Body), &res)
 		if res.Generation != 7 || !strings.Contains(res.Error, `handoff: unknown handoff "warp"`) {
 			t.Errorf("result = %+v", res)
 		}

@@ -265,7 +265,7 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	}
 	boot := func(m *machine) {
 		m.v = vm.StartT(t, vm.Config{Kernel: a.kernel, Initrd: a.initrd, Disks: m.disks, Net: true, MAC: m.mac, Timeout: 20 * time.Minute,
-			Append: "console=ttyS0,115200 booty.server=" + serverURL + " " + harness.InsecureHTTP + " panic=-1"})
+			Append: "console=ttyS0,115200 no_timer_check booty.server=" + serverURL + " " + harness.InsecureHTTP + " panic=-1"})
 	}
 	ma := mk("52:54:00:f1:ee:01", 256<<20)
 	mb := mk("52:54:00:f1:ee:02", 128<<20, 256<<20)

@@ -180,6 +180,10 @@ func TestFleetEnrollInspectProvision(t *testing.T) {
 		d.Install == nil || d.Install.Generation != m.Generation || len(d.Install.Steps) != 1 || d.Install.Steps[0].Name != "write-image" {
 		t.Fatalf("while provisioning: %+v install %+v", d.Machine, d.Install)
 	}
+	// A pseudo-step (no place in the plan) is accepted, for the run view.
+	if code, _, body := e.agentDo(t, p, "status", api.StatusReport{Step: api.StepLoadConfig, State: api.StateFailed, Error: "x", Generation: m.Generation}); code != 200 {
+		t.Errorf("load-config report: %d %s", code, body)
+	}
 	// A report of another generation is refused.
 	code, _, _ = e.agentDo(t, p, "status", api.StatusReport{Step: "x", Index: 1, Total: 1, State: api.StateStarted, Generation: m.Generation - 1})
 	if code != http.StatusConflict {

@@ -274,7 +274,10 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if rep.Time.IsZero() {
 		rep.Time = s.opts.Now().UTC()
 	}
-	if rep.Generation > 0 && rep.Step != api.StepMachine && !s.reportToDB(w, r, a, func(ctx context.Context) error {
+	// Steps of the plan go to the BMDB; pseudo-steps (load-config, the
+	// machine's outcome) have no place in the plan: the command's result
+	// carries them.
+	if rep.Generation > 0 && rep.Step != api.StepMachine && rep.Index > 0 && !s.reportToDB(w, r, a, func(ctx context.Context) error {
 		return s.db.ReportStep(ctx, a.id, rep.Generation, bmdb.StepReport{Index: rep.Index, Total: rep.Total, Name: rep.Step,
 			Result: rep.State, Duration: time.Duration(rep.DurationMS) * time.Millisecond, Error: rep.Error, Detail: rep.Detail, Time: rep.Time})
 	}) {

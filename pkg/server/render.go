@@ -155,11 +155,9 @@ func fileSpec(data []byte) (bmdb.Spec, bmdb.CommandKind, error) {
 	return bmdb.Spec{ConfigOverrides: b}, kind, nil
 }
 
-// configMachine makes sure the machine with mac exists when a config file
-// (or, with discovered true, the default config) names it: it registers
-// one (name: the config's hostname when free, else "mac-<hex>") labelled
-// LabelSource. It returns the config's spec and command, or ok false when
-// no config applies. Failures are logged and leave things as they were.
+// configFor returns the config file of mac, or (for a discovered machine
+// only, discovered true) the default config; ok is false when none
+// applies. A lookup that fails (two files for one MAC, I/O) is logged.
 func (s *Server) configFor(mac string, discovered bool) (c machineConfig, ok bool) {
 	c, err := s.lookupConfig(mac)
 	if err != nil {
@@ -175,7 +173,9 @@ func (s *Server) configFor(mac string, discovered bool) (c machineConfig, ok boo
 }
 
 // registerFromConfig registers the machine of a config file unless a
-// machine has its MAC already.
+// machine has its MAC already: name the config's hostname when free, else
+// "mac-<hex>", labelled LabelSource, the file as its spec. Failures are
+// logged and leave things as they were.
 func (s *Server) registerFromConfig(ctx context.Context, mac string, c machineConfig) {
 	if _, err := s.db.MachineByMAC(ctx, mac); err == nil || !errors.Is(err, bmdb.ErrNotFound) {
 		return

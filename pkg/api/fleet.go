@@ -35,7 +35,7 @@ import (
 //
 //	POST /v1/enroll                       EnrollRequest → EnrollResponse (no token; 409 while another agent session is live, 404 with auto-discovery off, 429 at the discovered-machines bound)
 //	POST /v1/machines/{mac}/heartbeat     Heartbeat → HeartbeatResponse
-//	GET  /v1/machines/{mac}/command       ?wait=SECONDS (at most 60): AgentCommand, or 204 when none came within the wait
+//	GET  /v1/machines/{mac}/command       ?wait=SECONDS (default and at most 25): AgentCommand, or 204 when none came within the wait
 //	POST /v1/machines/{mac}/command       CommandResult → {}
 //	POST /v1/machines/{mac}/status        StatusReport   (with Generation)
 //	POST /v1/machines/{mac}/progress      ProgressReport (with Generation)

@@ -1,22 +1,10 @@
 // Package api holds the wire types that the booty agent and the bootyd server
 // exchange. Every route is versioned under /v1/; fields are only ever added.
 //
-// Routes (all JSON unless noted; MAC is lower-case, colon separated):
-//
-//	GET  /v1/machines/{mac}/config    the MachineConfig (YAML) for that MAC; 404 when none
-//	GET  /v1/machines/{mac}/ipxe      an iPXE script that boots the agent (text/plain)
-//	GET  /v1/boot.ipxe                an iPXE script that chains to the per-MAC script
-//	POST /v1/machines/{mac}/status    StatusReport   (Authorization: Bearer <machine token>)
-//	POST /v1/machines/{mac}/progress  ProgressReport (Authorization: Bearer <machine token>)
-//	POST /v1/machines/{mac}/logs      LogBatch       (Authorization: Bearer <machine token>)
-//	POST /v1/machines/{mac}/health    HealthReport   (Authorization: Bearer <machine token>; sent by the agent, not yet recorded by bootyd)
-//	GET  /v1/machines                 []MachineState, what bootyd recorded so far
-//	GET  /v1/machines/{mac}           MachineState
-//	GET  /files/{path}                files and images, with Range support
-//
-// Reports are answered 200 with the body {}. A missing or wrong bearer token
-// gets 401; a machine whose config has no server.token gets 403 unless bootyd
-// runs with --allow-no-token. Every other non-2xx answer carries an Error.
+// The routes are listed in fleet.go: the operator API (machines by name, ID
+// or MAC, operator token) and the agent protocol (enroll, heartbeat, command
+// long poll, reports; machine token). The reports below are the agent's;
+// each carries the generation of the command it belongs to.
 package api
 
 import "time"
@@ -57,6 +45,8 @@ type StatusReport struct {
 	Time       time.Time `json:"time"`
 	// Detail carries step-specific facts (the chosen disk's identity, bytes written, ...).
 	Detail map[string]string `json:"detail,omitempty"`
+	// Generation is the generation of the command the step belongs to.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // ProgressReport tells the server how far a long step (the image write) is.
@@ -67,6 +57,8 @@ type ProgressReport struct {
 	RateBPS    float64   `json:"rateBps"`    // bytes per second, recent average
 	ETASeconds float64   `json:"etaSeconds"` // 0 when unknown
 	Time       time.Time `json:"time"`
+	// Generation is the generation of the command being run.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // LogLine is one line of agent log output.
@@ -79,6 +71,9 @@ type LogLine struct {
 // LogBatch carries several log lines in one request.
 type LogBatch struct {
 	Lines []LogLine `json:"lines"`
+	// Generation is the generation of the command being run (0 while the
+	// agent waits).
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // MachineState is what bootyd recorded about one machine.

@@ -167,7 +167,7 @@ func TestFilesConnLimit(t *testing.T) {
 	if msg := apiError(t, body); !strings.Contains(msg, "2 file downloads in progress") {
 		t.Errorf("503 body %q does not say why", msg)
 	}
-	if code, _, _ := e.do(t, "GET", "/v1/machines", "", nil, nil); code != http.StatusOK {
+	if code, _, _ := e.do(t, "GET", "/v1/machines", testOperatorToken, nil, nil); code != http.StatusOK {
 		t.Errorf("GET /v1/machines during the limit: %d, want 200", code)
 	}
 
@@ -212,7 +212,7 @@ func TestIdleTimeout(t *testing.T) {
 	base := t.TempDir()
 	writeFile(t, filepath.Join(base, "ok.txt"), "fine")
 	srv, err := New(Options{DefaultConfig: writeTemp(t, base, "default.yaml", "hostname: x\n"), FilesDir: base,
-		IdleTimeout: 300 * time.Millisecond})
+		IdleTimeout: 300 * time.Millisecond, DB: testDB(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,10 +25,11 @@ help: ## list targets
 deps: ## install build and test dependencies (apt-get; needs root)
 	bash hack/deps.sh
 
-build: ## static binaries out/booty and out/bootyd
+build: ## static binaries out/booty, out/bootyd and out/bootyctl (the operator's CLI)
 	@mkdir -p $(OUT)
 	$(GOBUILD) -o $(OUT)/booty ./cmd/booty
 	$(GOBUILD) -o $(OUT)/bootyd ./cmd/bootyd
+	$(GOBUILD) -o $(OUT)/bootyctl ./cmd/bootyctl
 
 initramfs: $(DEPS) build ## out/vmlinuz and out/initramfs.img (booty as /init, modules for KVER)
 	@test -n "$(KVER)" || { echo "no kernel in /boot: run 'make deps' (installs linux-image-amd64) or set KVER" >&2; exit 1; }

@@ -197,6 +197,34 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+const operatorToken = "operator-token-0123456789"
+
+// getAuth is get with a bearer token.
+func getAuth(t *testing.T, c *http.Client, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// shortTokens writes an operator token file with a too-short token.
+func shortTokens(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(p, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func TestHelp(t *testing.T) {
 	var out, errb bytes.Buffer
 	cmd := exec.Command(binary(t), "--help")
@@ -205,7 +233,7 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("--help: %v\n%s", err, errb.String())
 	}
 	help := out.String()
-	for _, w := range []string{"Example:", "bootyd --configs", "--configs", "--default-config", "--files", "--state-dir",
+	for _, w := range []string{"Example:", "bootyd --state-dir", "--db", "--operator-token-file", "--auto-discover", "--configs", "--default-config", "--files", "--state-dir",
 		"--public-url", "--ipxe-kernel", "--ipxe-initrd", "--ipxe-cmdline", "--allow-no-token", "--listen",
 		"--tls-cert", "--tls-key", "--insecure-http", "--log-level", "--log-format", "--shutdown-timeout"} {
 		if !strings.Contains(help, w) {
@@ -227,8 +255,10 @@ func TestFlagErrors(t *testing.T) {
 		{"both TLS and insecure", []string{"--configs", configs, "--tls-cert", "x", "--tls-key", "y", "--insecure-http"}, 2, "exclude each other"},
 		{"unknown flag", []string{"--bogus"}, 2, "unknown flag"},
 		{"stray argument", []string{"--insecure-http", "--configs", configs, "extra"}, 2, "unexpected arguments"},
-		{"missing config dir", []string{"--insecure-http", "--configs", configs + "/nope"}, 1, "config directory"},
-		{"unreadable cert", []string{"--configs", configs, "--tls-cert", configs + "/no.pem", "--tls-key", configs + "/no.key"}, 1, "load TLS certificate"},
+		{"no database", []string{"--insecure-http", "--configs", configs}, 2, "no database: give --state-dir"},
+		{"missing config dir", []string{"--insecure-http", "--state-dir", t.TempDir(), "--configs", configs + "/nope"}, 1, "config directory"},
+		{"unreadable cert", []string{"--state-dir", t.TempDir(), "--configs", configs, "--tls-cert", configs + "/no.pem", "--tls-key", configs + "/no.key"}, 1, "load TLS certificate"},
+		{"short operator token", []string{"--insecure-http", "--state-dir", t.TempDir(), "--operator-token-file", shortTokens(t)}, 1, "shorter than 16"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -252,19 +282,37 @@ func TestFlagErrors(t *testing.T) {
 func TestInsecureHTTP(t *testing.T) {
 	configs, files := workdir(t)
 	state := filepath.Join(t.TempDir(), "state")
+	tokens := filepath.Join(t.TempDir(), "operator-tokens")
+	if err := os.WriteFile(tokens, []byte("# operators\n"+operatorToken+"\n\nsecond-operator-token-xyz\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	d := startBootyd(t, "--insecure-http", "--listen", "127.0.0.1:0", "--configs", configs, "--files", files,
-		"--state-dir", state, "--log-level", "debug")
+		"--state-dir", state, "--log-level", "debug", "--operator-token-file", tokens)
 	base := "http://" + d.addr
 	c := &http.Client{Timeout: 10 * time.Second}
 
-	code, body := get(t, c, base+"/v1/machines/52-54-00-12-34-56/config")
+	// Configs are handed out only with the machine's token.
+	if code, body := get(t, c, base+"/v1/machines/52-54-00-12-34-56/config"); code != 401 || strings.Contains(body, "vm1") {
+		t.Fatalf("config without token: %d %q", code, body)
+	}
+	code, body := getAuth(t, c, base+"/v1/machines/52-54-00-12-34-56/config", testToken)
 	if code != 200 || !strings.Contains(body, "hostname: vm1") {
 		t.Fatalf("config: %d %q", code, body)
+	}
+	// The config file became a registered machine, listed for operators.
+	if code, _ := get(t, c, base+"/v1/machines"); code != 401 {
+		t.Fatalf("machines without operator token: %d", code)
+	}
+	for _, tok := range []string{operatorToken, "second-operator-token-xyz"} {
+		if code, body := getAuth(t, c, base+"/v1/machines", tok); code != 200 || !strings.Contains(body, `"name": "vm1"`) {
+			t.Fatalf("machines: %d %q", code, body)
+		}
 	}
 	if code, body := get(t, c, base+"/files/vmlinuz"); code != 200 || body != "kernel-bytes" {
 		t.Fatalf("file: %d %q", code, body)
 	}
-	if code, body := get(t, c, base+"/v1/machines/"+testMAC+"/ipxe"); code != 200 || !strings.Contains(body, "booty.server="+base) {
+	// Without --public-url no iPXE script is rendered (never from Host).
+	if code, body := get(t, c, base+"/v1/machines/"+testMAC+"/ipxe"); code != 503 || !strings.Contains(body, "--public-url") {
 		t.Fatalf("ipxe: %d %q", code, body)
 	}
 	req, _ := http.NewRequest("POST", base+"/v1/machines/"+testMAC+"/status",
@@ -285,7 +333,10 @@ func TestInsecureHTTP(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "52-54-00-12-34-56.json")); err != nil {
 		t.Errorf("state not persisted: %v", err)
 	}
-	if strings.Contains(d.stderr.String()+d.stdout.String(), testToken) {
+	if _, err := os.Stat(filepath.Join(state, "bmdb.db")); err != nil {
+		t.Errorf("no database in the state dir: %v", err)
+	}
+	if out := d.stderr.String() + d.stdout.String(); strings.Contains(out, testToken) || strings.Contains(out, operatorToken) {
 		t.Errorf("token appears in bootyd's output")
 	}
 }
@@ -337,13 +388,14 @@ func selfSigned(t *testing.T) (certPath, keyPath string, pool *x509.CertPool) {
 func TestTLS(t *testing.T) {
 	configs, _ := workdir(t)
 	certPath, keyPath, pool := selfSigned(t)
-	d := startBootyd(t, "--listen", "127.0.0.1:0", "--configs", configs, "--tls-cert", certPath, "--tls-key", keyPath)
+	d := startBootyd(t, "--listen", "127.0.0.1:0", "--configs", configs, "--tls-cert", certPath, "--tls-key", keyPath,
+		"--state-dir", t.TempDir(), "--public-url", "https://bootyd.test:8443")
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	code, body := get(t, c, "https://"+d.addr+"/v1/machines/"+testMAC+"/config")
+	code, body := getAuth(t, c, "https://"+d.addr+"/v1/machines/"+testMAC+"/config", testToken)
 	if code != 200 || !strings.Contains(body, "hostname: vm1") {
 		t.Fatalf("config over TLS: %d %q", code, body)
 	}
-	if code, body := get(t, c, "https://"+d.addr+"/v1/boot.ipxe"); code != 200 || !strings.Contains(body, "chain --autofree https://"+d.addr+"/v1/machines/") {
+	if code, body := get(t, c, "https://"+d.addr+"/v1/boot.ipxe"); code != 200 || !strings.Contains(body, "chain --autofree https://bootyd.test:8443/v1/machines/") {
 		t.Fatalf("chain script over TLS: %d %q", code, body)
 	}
 	// A client that does not trust the certificate is refused.

@@ -10,38 +10,43 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/booty-dev/booty/pkg/bmdb"
 	"github.com/booty-dev/booty/pkg/server"
 )
 
-const usageHead = `bootyd serves booty agents: machine configs by MAC, boot files and OS
-images, and iPXE boot scripts; and it records the status, progress and logs
-each agent reports, printing them on stdout (bootyd's own logs go to stderr).
+const usageHead = `bootyd keeps a fleet of bare-metal machines in its Bare Metal Database
+(SQLite by default, PostgreSQL for several replicas): operators register,
+inspect, provision and deprovision machines; the booty agent on each machine
+enrolls, heartbeats and waits for those commands. bootyd also serves boot
+files, OS images and iPXE scripts, and prints each machine's progress on
+stdout (its own logs go to stderr; neither ever holds a token or user data).
 
-Routes:
-  GET  /v1/boot.ipxe                 chain script for DHCP's boot filename
-  GET  /v1/machines/{mac}/ipxe       iPXE script booting the agent
-  GET  /v1/machines/{mac}/config     the machine's config file, as-is
-  POST /v1/machines/{mac}/status|progress|logs   agent reports (Bearer token)
-  GET  /v1/machines[/{mac}]          recorded machine state (JSON)
+Routes (see pkg/api/fleet.go):
+  /v1/machines[/{machine}[/inspect|provision|deprovision|reboot|poweroff|events|logs]]
+                                     the operator API (Bearer operator token)
+  POST /v1/enroll, /v1/machines/{mac}/heartbeat|command|status|progress|logs|health
+                                     the agent protocol (Bearer machine token)
+  GET  /v1/boot.ipxe, /v1/machines/{mac}/ipxe   iPXE scripts (need --public-url)
   GET  /files/{path}                 files under --files, with Range support
 
-Configs are files in --configs named after the MAC, with colons or dashes in
-any case: aa-bb-cc-dd-ee-ff.yaml, AA:BB:CC:DD:EE:FF.json, ... They are read
-on every request, so edit them live. Each must set server.token: the agent
-sends it as "Authorization: Bearer <token>" with every report.
+Configs in --configs (named after the MAC: aa-bb-cc-dd-ee-ff.yaml, ...) become
+registered machines; each boot of such a machine's agent runs its file, read
+anew. An agent with a config of its own (config drive, /deploy) may report
+with the file's server.token.
 
 Example:
-  bootyd --configs /etc/booty/machines --files /srv/booty \
-      --state-dir /var/lib/bootyd --public-url https://10.0.0.1:8443 \
+  bootyd --state-dir /var/lib/bootyd --operator-token-file /etc/booty/operator-tokens \
+      --files /srv/booty --public-url https://10.0.0.1:8443 \
       --tls-cert /etc/booty/tls.crt --tls-key /etc/booty/tls.key
 
-  bootyd --configs ./machines --files ./files --insecure-http --listen 127.0.0.1:8080
+  bootyd --db postgres://bootyd@db/bootyd --operator-token-file ./tokens --insecure-http
 
 Flags:
 `
@@ -49,6 +54,10 @@ Flags:
 // config is the parsed command line.
 type config struct {
 	opts            server.Options
+	db              string
+	tokenFile       string
+	autoDiscover    bool
+	maxDiscovered   int
 	listen          string
 	tlsCert, tlsKey string
 	insecureHTTP    bool
@@ -88,8 +97,12 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.StringVar(&c.opts.ConfigDir, "configs", "", "directory of machine configs named <mac>.yaml, .yml or .json")
 	fs.StringVar(&c.opts.DefaultConfig, "default-config", "", "config file served to MACs that have none in --configs")
 	fs.StringVar(&c.opts.FilesDir, "files", "", "directory served under /files/ (kernel, initramfs, OS images)")
-	fs.StringVar(&c.opts.StateDir, "state-dir", "", "directory keeping each machine's recorded state as JSON across restarts (default: memory only)")
-	fs.StringVar(&c.opts.PublicURL, "public-url", "", "URL machines use to reach bootyd, written into iPXE scripts (default: scheme and Host of each request)")
+	fs.StringVar(&c.opts.StateDir, "state-dir", "", "directory of bootyd's state: the SQLite database (default --db) and each machine's last run as JSON")
+	fs.StringVar(&c.db, "db", "", "the Bare Metal Database: a SQLite file path, or postgres://… shared by several bootyd replicas (default <state-dir>/bmdb.db)")
+	fs.StringVar(&c.tokenFile, "operator-token-file", "", "file of operator API tokens, one a line (at least 16 characters each); without it the operator API answers 401")
+	fs.BoolVar(&c.autoDiscover, "auto-discover", true, "enroll agents of unknown machines as discovered (and serve them iPXE scripts)")
+	fs.IntVar(&c.maxDiscovered, "max-discovered", 1000, "bound on the discovered machines; enrollments beyond it get 429")
+	fs.StringVar(&c.opts.PublicURL, "public-url", "", "URL machines use to reach bootyd, written into iPXE scripts and rendered configs (iPXE scripts are refused without it)")
 	fs.StringVar(&c.opts.IPXEKernel, "ipxe-kernel", server.DefaultIPXEKernel, "kernel booted by iPXE, a path under --files")
 	fs.StringVar(&c.opts.IPXEInitrd, "ipxe-initrd", server.DefaultIPXEInitrd, "initramfs booted by iPXE, a path under --files")
 	fs.StringVar(&c.opts.IPXECmdline, "ipxe-cmdline", server.DefaultIPXECmdline, "kernel arguments added after booty.server=<public-url> in iPXE scripts")
@@ -113,6 +126,15 @@ func checkConfig(c *config) error {
 		return errors.New("--insecure-http and --tls-cert exclude each other")
 	case c.tlsCert == "" && !c.insecureHTTP:
 		return errors.New("no TLS certificate: give --tls-cert and --tls-key, or --insecure-http to serve plain HTTP (machine tokens then travel in clear)")
+	}
+	if c.db == "" {
+		if c.opts.StateDir == "" {
+			return errors.New("no database: give --state-dir (the database goes to <state-dir>/bmdb.db) or --db")
+		}
+		c.db = filepath.Join(c.opts.StateDir, "bmdb.db")
+	}
+	if c.maxDiscovered < 1 {
+		return fmt.Errorf("--max-discovered %d: want at least 1", c.maxDiscovered)
 	}
 	if c.listen == "" {
 		c.listen = ":8443"
@@ -170,6 +192,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 		c.opts.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		scheme = "https"
 	}
+	if c.tokenFile != "" {
+		toks, err := readTokens(c.tokenFile)
+		if err != nil {
+			log.Error("start bootyd", "err", err)
+			return 1
+		}
+		c.opts.OperatorTokens = toks
+	} else {
+		log.Warn("no --operator-token-file: the operator API refuses every request")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if c.opts.StateDir != "" {
+		if err := os.MkdirAll(c.opts.StateDir, 0o700); err != nil {
+			log.Error("start bootyd", "err", fmt.Errorf("create state directory: %w", err))
+			return 1
+		}
+	}
+	dbOpts := []bmdb.Option{bmdb.WithLogger(log.With("component", "bmdb")), bmdb.WithMaxDiscovered(c.maxDiscovered)}
+	if !c.autoDiscover {
+		dbOpts = append(dbOpts, bmdb.WithoutAutoDiscovery())
+	}
+	db, err := bmdb.Open(ctx, c.db, dbOpts...)
+	if err != nil {
+		log.Error("start bootyd", "err", err)
+		return 1
+	}
+	defer db.Close()
+	c.opts.DB = db
+	c.opts.AutoDiscover = c.autoDiscover
 	srv, err := server.New(c.opts)
 	if err != nil {
 		log.Error("start bootyd", "err", err)
@@ -180,14 +232,39 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error("start bootyd", "err", fmt.Errorf("listen on %s: %w", c.listen, err))
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	srv.RegisterConfigs(ctx)
 	log.Info("bootyd listening", "addr", ln.Addr().String(), "scheme", scheme,
-		"configs", c.opts.ConfigDir, "files", c.opts.FilesDir, "state_dir", c.opts.StateDir)
+		"configs", c.opts.ConfigDir, "files", c.opts.FilesDir, "state_dir", c.opts.StateDir, "db", db.Engine(),
+		"operator_tokens", len(c.opts.OperatorTokens), "auto_discover", c.autoDiscover)
 	if err := srv.Serve(ctx, ln); err != nil {
 		log.Error("bootyd stopped", "err", err)
 		return 1
 	}
 	log.Info("bootyd stopped")
 	return 0
+}
+
+// readTokens reads the operator tokens: one a line, blank lines and lines
+// starting with # skipped. It fails naming the file when there is none, or
+// one is shorter than 16 characters (the token itself is never named).
+func readTokens(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read operator tokens: %w", err)
+	}
+	var toks []string
+	for i, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if len(l) < 16 {
+			return nil, fmt.Errorf("read operator tokens: %s line %d: token shorter than 16 characters", path, i+1)
+		}
+		toks = append(toks, l)
+	}
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("read operator tokens: %s holds no token", path)
+	}
+	return toks, nil
 }

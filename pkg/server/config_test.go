@@ -37,39 +37,51 @@ func TestNormalizeMAC(t *testing.T) {
 	}
 }
 
+// TestConfigLookup: an agent configured by a file (config drive, /deploy)
+// may fetch its file with the file's server.token; file names match the MAC
+// in any spelling; a missing or wrong token, an unknown or a malformed MAC
+// all get the same 401.
 func TestConfigLookup(t *testing.T) {
 	e := newEnv(t, nil)
-	writeFile(t, filepath.Join(e.cfgDir, "AA:BB:CC:DD:EE:01.yml"), "hostname: one\n")
-	writeFile(t, filepath.Join(e.cfgDir, "aA-Bb-cC-dd-ee-02.JSON"), `{"hostname":"two"}`)
-	writeFile(t, filepath.Join(e.cfgDir, "aa-bb-cc-dd-ee-03.txt"), "ignored: extension\n")
+	one := "hostname: one\nserver: {token: tok-one-0123456789}\n"
+	two := `{"hostname":"two","server":{"token":"tok-two-0123456789"}}`
+	writeFile(t, filepath.Join(e.cfgDir, "AA:BB:CC:DD:EE:01.yml"), one)
+	writeFile(t, filepath.Join(e.cfgDir, "aA-Bb-cC-dd-ee-02.JSON"), two)
+	writeFile(t, filepath.Join(e.cfgDir, "aa-bb-cc-dd-ee-03.txt"), "server: {token: tok-three-0123456789}\n")
 	writeFile(t, filepath.Join(e.cfgDir, "README.yaml"), "not: a mac\n")
 
 	tests := []struct {
 		name     string
 		path     string
+		token    string
 		wantCode int
 		wantBody string
 		wantType string
 	}{
-		{"colon lower", "aa:bb:cc:dd:ee:01", 200, "hostname: one\n", "application/yaml"},
-		{"colon upper", "AA:BB:CC:DD:EE:01", 200, "hostname: one\n", "application/yaml"},
-		{"dash lower", "aa-bb-cc-dd-ee-01", 200, "hostname: one\n", "application/yaml"},
-		{"dash mixed", "Aa-bB-cc-DD-ee-01", 200, "hostname: one\n", "application/yaml"},
-		{"json file", "aa:bb:cc:dd:ee:02", 200, `{"hostname":"two"}`, "application/json"},
-		{"json file by dashes", "AA-BB-CC-DD-EE-02", 200, `{"hostname":"two"}`, "application/json"},
-		{"yaml file with token", testMAC, 200, "hostname: node1\n", "application/yaml"},
-		{"wrong extension ignored", "aa:bb:cc:dd:ee:03", 404, "", ""},
-		{"unknown MAC", "00:11:22:33:44:55", 404, "", ""},
-		{"malformed MAC", "not-a-mac", 400, "", ""},
+		{"colon lower", "aa:bb:cc:dd:ee:01", "tok-one-0123456789", 200, one, "application/yaml"},
+		{"colon upper", "AA:BB:CC:DD:EE:01", "tok-one-0123456789", 200, one, "application/yaml"},
+		{"dash mixed", "Aa-bB-cc-DD-ee-01", "tok-one-0123456789", 200, one, "application/yaml"},
+		{"json file by dashes", "AA-BB-CC-DD-EE-02", "tok-two-0123456789", 200, two, "application/json"},
+		{"yaml file with token", testMAC, testToken, 200, "hostname: node1\n", "application/yaml"},
+		{"no token", "aa:bb:cc:dd:ee:01", "", 401, "", ""},
+		{"another machine's token", "aa:bb:cc:dd:ee:01", "tok-two-0123456789", 401, "", ""},
+		{"wrong extension ignored", "aa:bb:cc:dd:ee:03", "tok-three-0123456789", 401, "", ""},
+		{"unknown MAC", "00:11:22:33:44:55", testToken, 401, "", ""},
+		{"malformed MAC", "not-a-mac", testToken, 401, "", ""},
 	}
+	var deny string
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, hdr, body := e.do(t, "GET", "/v1/machines/"+tt.path+"/config", "", nil, nil)
+			code, hdr, body := e.do(t, "GET", "/v1/machines/"+tt.path+"/config", tt.token, nil, nil)
 			if code != tt.wantCode {
 				t.Fatalf("status %d, want %d (body %q)", code, tt.wantCode, body)
 			}
 			if tt.wantCode != 200 {
-				apiError(t, body)
+				msg := apiError(t, body)
+				if deny != "" && msg != deny {
+					t.Errorf("refusal %q differs from %q: it tells the cases apart", msg, deny)
+				}
+				deny = msg
 				return
 			}
 			if !strings.HasPrefix(body, tt.wantBody) {
@@ -85,55 +97,44 @@ func TestConfigLookup(t *testing.T) {
 	}
 }
 
-func TestConfigServedAsIsAndReloaded(t *testing.T) {
+func TestConfigReloaded(t *testing.T) {
 	e := newEnv(t, nil)
 	p := filepath.Join(e.cfgDir, "aa-bb-cc-dd-ee-ff.yaml")
-	// Not valid for any schema, still served byte for byte.
-	raw := "# comment kept\nhostname: [unclosed\n\tweird: \x01\n"
+	raw := "# comment kept\nhostname: edited\nserver: {token: " + testToken + "}\n"
 	writeFile(t, p, raw)
-	if code, _, body := e.do(t, "GET", "/v1/machines/"+testMAC+"/config", "", nil, nil); code != 200 || body != raw {
+	if code, _, body := e.do(t, "GET", "/v1/machines/"+testMAC+"/config", testToken, nil, nil); code != 200 || body != raw {
 		t.Fatalf("got %d %q, want 200 %q", code, body, raw)
-	}
-	writeFile(t, p, "hostname: edited\n")
-	if _, _, body := e.do(t, "GET", "/v1/machines/"+testMAC+"/config", "", nil, nil); body != "hostname: edited\n" {
-		t.Fatalf("after edit got %q", body)
 	}
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _ := e.do(t, "GET", "/v1/machines/"+testMAC+"/config", "", nil, nil); code != 404 {
-		t.Fatalf("after removal status %d, want 404", code)
+	if code, _, _ := e.do(t, "GET", "/v1/machines/"+testMAC+"/config", testToken, nil, nil); code != 401 {
+		t.Fatalf("after removal status %d, want 401", code)
 	}
 }
 
 func TestConfigAmbiguous(t *testing.T) {
 	e := newEnv(t, nil)
 	writeFile(t, filepath.Join(e.cfgDir, "AA:BB:CC:DD:EE:FF.json"), `{}`)
-	code, _, body := e.do(t, "GET", "/v1/machines/"+testMAC+"/config", "", nil, nil)
-	if code != http.StatusInternalServerError {
-		t.Fatalf("status %d, want 500", code)
+	if code, _, _ := e.do(t, "GET", "/v1/machines/"+testMAC+"/config", testToken, nil, nil); code != http.StatusUnauthorized {
+		t.Fatalf("status %d, want 401", code)
 	}
-	msg := apiError(t, body)
-	if !strings.Contains(msg, "AA:BB:CC:DD:EE:FF.json") || !strings.Contains(msg, "aa-bb-cc-dd-ee-ff.yaml") {
-		t.Errorf("error %q does not name both files", msg)
+	if _, err := e.srv.lookupConfig(testMAC); err == nil || !strings.Contains(err.Error(), "AA:BB:CC:DD:EE:FF.json") ||
+		!strings.Contains(err.Error(), "aa-bb-cc-dd-ee-ff.yaml") {
+		t.Errorf("error %v does not name both files", err)
 	}
 }
 
-func TestDefaultConfig(t *testing.T) {
+// TestDefaultConfigTokenRefused: the default config's token is shared by
+// every machine, so it authenticates none.
+func TestDefaultConfigTokenRefused(t *testing.T) {
 	def := filepath.Join(t.TempDir(), "default.json")
-	writeFile(t, def, `{"server":{"token":"dflt"}}`)
+	writeFile(t, def, `{"server":{"token":"dflt-0123456789abcdef"}}`)
 	e := newEnv(t, func(o *Options) { o.DefaultConfig = def })
-	code, hdr, body := e.do(t, "GET", "/v1/machines/00-11-22-33-44-55/config", "", nil, nil)
-	if code != 200 || body != `{"server":{"token":"dflt"}}` || hdr.Get("Content-Type") != "application/json" {
-		t.Fatalf("default config: %d %q %q", code, hdr.Get("Content-Type"), body)
+	if code, _, body := e.do(t, "GET", "/v1/machines/00-11-22-33-44-55/config", "dflt-0123456789abcdef", nil, nil); code != 401 {
+		t.Fatalf("default config: %d %q", code, body)
 	}
-	// A machine's own file wins over the default.
-	if _, _, body := e.do(t, "GET", "/v1/machines/"+testMAC+"/config", "", nil, nil); !strings.HasPrefix(body, "hostname: node1") {
-		t.Fatalf("own config shadowed by default: %q", body)
-	}
-	// The default's token authenticates machines without a file.
-	code, _, body = e.do(t, "POST", "/v1/machines/00:11:22:33:44:55/logs", "dflt", `{"lines":[]}`, nil)
-	if code != 200 {
+	if code, _, body := e.do(t, "POST", "/v1/machines/00:11:22:33:44:55/logs", "dflt-0123456789abcdef", `{"lines":[]}`, nil); code != 401 {
 		t.Fatalf("report with default token: %d %s", code, body)
 	}
 }
@@ -147,7 +148,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"nothing to serve", Options{}, "neither a config directory nor a default config"},
+		{"no database", Options{}, "no database"},
 		{"missing config dir", Options{ConfigDir: filepath.Join(dir, "nope")}, "config directory"},
 		{"config dir is a file", Options{ConfigDir: file}, "not a directory"},
 		{"missing default", Options{DefaultConfig: filepath.Join(dir, "nope.yaml")}, "default config"},
@@ -158,8 +159,12 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"absolute initrd", Options{ConfigDir: dir, IPXEInitrd: "/boot/initrd"}, "iPXE initrd"},
 		{"newline in cmdline", Options{ConfigDir: dir, IPXECmdline: "quiet\nshell"}, "one line"},
 	}
+	db := testDB(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.want != "no database" {
+				tt.opts.DB = db
+			}
 			_, err := New(tt.opts)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("New error %v, want one containing %q", err, tt.want)

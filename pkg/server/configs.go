@@ -107,3 +107,24 @@ func (c machineConfig) token() (string, error) {
 	}
 	return t.Server.Token, nil
 }
+
+// configMACs lists the MACs that have a config file in ConfigDir; files
+// that do not name a MAC are skipped.
+func (s *Server) configMACs() []string {
+	entries, err := os.ReadDir(s.opts.ConfigDir)
+	if err != nil {
+		s.log.Warn("list config directory", "dir", s.opts.ConfigDir, "err", err)
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		if _, ok := configExts[strings.ToLower(filepath.Ext(name))]; !ok {
+			continue
+		}
+		if m, err := NormalizeMAC(strings.TrimSuffix(name, filepath.Ext(name))); err == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}

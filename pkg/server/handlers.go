@@ -1,7 +1,7 @@
 package server
 
 import (
-	"crypto/subtle"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/bmdb"
 )
 
 // apiDeadline bounds reading the body of and writing the answer to every
@@ -23,14 +24,29 @@ const apiDeadline = 30 * time.Second
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/boot.ipxe", s.handleChainIPXE)
-	mux.HandleFunc("GET /v1/machines", s.handleMachines)
-	mux.HandleFunc("GET /v1/machines/{mac}", s.handleMachine)
-	mux.HandleFunc("GET /v1/machines/{mac}/config", s.handleConfig)
 	mux.HandleFunc("GET /v1/machines/{mac}/ipxe", s.handleMachineIPXE)
+	mux.HandleFunc("GET /files/{path...}", s.handleFile)
+	// The agent protocol (machine token).
+	mux.HandleFunc("POST /v1/enroll", s.handleEnroll)
+	mux.HandleFunc("POST /v1/machines/{mac}/heartbeat", s.handleHeartbeat)
+	mux.HandleFunc("GET /v1/machines/{mac}/command", s.handleCommand)
+	mux.HandleFunc("POST /v1/machines/{mac}/command", s.handleCommandResult)
+	mux.HandleFunc("GET /v1/machines/{mac}/config", s.handleConfig)
 	mux.HandleFunc("POST /v1/machines/{mac}/status", s.handleStatus)
 	mux.HandleFunc("POST /v1/machines/{mac}/progress", s.handleProgress)
 	mux.HandleFunc("POST /v1/machines/{mac}/logs", s.handleLogs)
-	mux.HandleFunc("GET /files/{path...}", s.handleFile)
+	mux.HandleFunc("POST /v1/machines/{mac}/health", s.handleHealth)
+	// The operator API (operator token).
+	mux.HandleFunc("GET /v1/machines", s.operator(s.handleList))
+	mux.HandleFunc("POST /v1/machines", s.operator(s.handleRegister))
+	mux.HandleFunc("GET /v1/machines/{machine}", s.operator(s.handleShow))
+	mux.HandleFunc("PATCH /v1/machines/{machine}", s.operator(s.handleUpdate))
+	mux.HandleFunc("DELETE /v1/machines/{machine}", s.operator(s.handleDelete))
+	for name := range actions {
+		mux.HandleFunc("POST /v1/machines/{machine}/"+name, s.operator(s.handleAction(name)))
+	}
+	mux.HandleFunc("GET /v1/machines/{machine}/events", s.operator(s.handleEvents))
+	mux.HandleFunc("GET /v1/machines/{machine}/logs", s.operator(s.handleMachineLogs))
 	return s.logRequests(mux)
 }
 
@@ -122,64 +138,42 @@ func (s *Server) machineConfig(w http.ResponseWriter, mac string) (machineConfig
 	return machineConfig{}, false
 }
 
-// handleConfig serves the machine's config file byte for byte. The body
-// holds the machine's token, so it must not be cached by intermediaries.
+// handleConfig serves an enrolled agent the config of its pending (or
+// last) provision or deprovision, rendered from the machine's spec; an
+// agent with a static config token gets its config file as-is. Both need
+// the machine's token: a config holds user data.
 func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
-	mac, ok := pathMAC(w, r)
+	a, ok := s.authorizeAgent(w, r)
 	if !ok {
 		return
 	}
-	c, ok := s.machineConfig(w, mac)
-	if !ok {
-		return
-	}
-	s.log.Info("serve config", "mac", mac, "path", c.Path, "default", c.Default)
-	w.Header().Set("Content-Type", c.ContentType)
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(c.Data)
-}
-
-// authorize checks the request's bearer token against the machine config's
-// server.token in constant time. It answers 400 (bad MAC), 404 (no config),
-// 500 (config unreadable), 403 (config has no token and AllowNoToken is off)
-// or 401 (token missing or wrong) and returns false; true means go ahead.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request) (string, bool) {
-	mac, ok := pathMAC(w, r)
-	if !ok {
-		return "", false
-	}
-	c, ok := s.machineConfig(w, mac)
-	if !ok {
-		return "", false
-	}
-	want, err := c.token()
-	if err != nil {
-		s.log.Error("authorize report", "mac", mac, "err", err)
-		writeError(w, http.StatusInternalServerError, "%v", err)
-		return "", false
-	}
-	if want == "" {
-		if s.opts.AllowNoToken {
-			return mac, true
+	if a.legacy {
+		c, ok := s.machineConfig(w, a.mac)
+		if !ok {
+			return
 		}
-		s.log.Warn("refuse report: config lacks server.token", "mac", mac, "config", c.Path)
-		writeError(w, http.StatusForbidden, "config %s for machine %s lacks server.token; add one, or start bootyd with --allow-no-token", c.Path, mac)
-		return "", false
+		w.Header().Set("Content-Type", c.ContentType)
+		_, _ = w.Write(c.Data)
+		return
 	}
-	got, found := bearer(r.Header.Get("Authorization"))
-	if !found {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="bootyd"`)
-		writeError(w, http.StatusUnauthorized, "missing Authorization: Bearer <token> for machine %s", mac)
-		return "", false
+	kind := bmdb.CommandProvision
+	m, err := s.db.GetMachine(r.Context(), a.id)
+	if err != nil {
+		s.dbError(w, "read machine", err)
+		return
 	}
-	if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-		s.log.Warn("refuse report: wrong token", "mac", mac, "remote", r.RemoteAddr)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="bootyd", error="invalid_token"`)
-		writeError(w, http.StatusUnauthorized, "bearer token does not match server.token of machine %s", mac)
-		return "", false
+	spec := m.Spec
+	if in, err := s.db.GetInstall(r.Context(), a.id, 0); err == nil {
+		kind, spec = in.Kind, in.Spec
 	}
-	return mac, true
+	cfg, err := s.renderConfig(spec, kind)
+	if err != nil {
+		writeError(w, http.StatusConflict, "machine %s: %v", m.Name, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(cfg)
 }
 
 // bearer extracts the token from an "Authorization: Bearer <token>" value;
@@ -196,7 +190,12 @@ func bearer(h string) (string, bool) {
 // decodeBody reads one JSON value of at most MaxBodyBytes into v. On failure
 // it answers 413 (too large) or 400 naming the type and the problem.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, what string) bool {
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	return s.decodeBodyMax(w, r, v, what, s.opts.MaxBodyBytes)
+}
+
+// decodeBodyMax is decodeBody with its own bound.
+func (s *Server) decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, what string, limit int64) bool {
+	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	err := dec.Decode(v)
 	if err == nil {
@@ -210,7 +209,7 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, what 
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, "decode %s: body larger than %d bytes", what, s.opts.MaxBodyBytes)
+		writeError(w, http.StatusRequestEntityTooLarge, "decode %s: body larger than %d bytes", what, limit)
 	case errors.Is(err, io.EOF):
 		writeError(w, http.StatusBadRequest, "decode %s: empty body", what)
 	default:
@@ -256,8 +255,12 @@ func validStatus(rep api.StatusReport) error {
 // deprovisioned, error) begins a new run and clears the old steps and
 // progress. A report for api.StepMachine sets the machine's state.
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	mac, ok := s.authorize(w, r)
+	a, ok := s.authorizeAgent(w, r)
 	if !ok {
+		return
+	}
+	mac := a.mac
+	if !s.allow(w, mac, 1) {
 		return
 	}
 	var rep api.StatusReport
@@ -270,6 +273,12 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	if rep.Time.IsZero() {
 		rep.Time = s.opts.Now().UTC()
+	}
+	if rep.Generation > 0 && rep.Step != api.StepMachine && !s.reportToDB(w, r, a, func(ctx context.Context) error {
+		return s.db.ReportStep(ctx, a.id, rep.Generation, bmdb.StepReport{Index: rep.Index, Total: rep.Total, Name: rep.Step,
+			Result: rep.State, Duration: time.Duration(rep.DurationMS) * time.Millisecond, Error: rep.Error, Detail: rep.Detail, Time: rep.Time})
+	}) {
+		return
 	}
 	st := s.update(mac, func(m *api.MachineState) {
 		if rep.Step == api.StepMachine {
@@ -295,8 +304,12 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 // handleProgress records the last ProgressReport and prints it.
 func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
-	mac, ok := s.authorize(w, r)
+	a, ok := s.authorizeAgent(w, r)
 	if !ok {
+		return
+	}
+	mac := a.mac
+	if !s.allow(w, mac, 1) {
 		return
 	}
 	var rep api.ProgressReport
@@ -314,6 +327,11 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	if rep.Time.IsZero() {
 		rep.Time = s.opts.Now().UTC()
 	}
+	if rep.Generation > 0 && !s.reportToDB(w, r, a, func(ctx context.Context) error {
+		return s.db.ReportProgress(ctx, a.id, rep.Generation, bmdb.Progress{Step: rep.Step, BytesDone: rep.BytesDone, BytesTotal: rep.BytesTotal, Time: rep.Time})
+	}) {
+		return
+	}
 	st := s.update(mac, func(m *api.MachineState) {
 		p := rep
 		m.Progress = &p
@@ -327,19 +345,36 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 
 // handleLogs appends agent log lines to the machine's bounded ring and prints them.
 func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
-	mac, ok := s.authorize(w, r)
+	a, ok := s.authorizeAgent(w, r)
 	if !ok {
 		return
 	}
+	mac := a.mac
 	var batch api.LogBatch
 	if !s.decodeBody(w, r, &batch, "LogBatch") {
 		return
+	}
+	if !s.allow(w, mac, len(batch.Lines)) {
+		return
+	}
+	for i := range batch.Lines {
+		batch.Lines[i].Message = truncate(batch.Lines[i].Message, MaxLogLineBytes)
+		batch.Lines[i].Level = truncate(batch.Lines[i].Level, 16)
 	}
 	now := s.opts.Now().UTC()
 	for i := range batch.Lines {
 		if batch.Lines[i].Time.IsZero() {
 			batch.Lines[i].Time = now
 		}
+	}
+	if !s.reportToDB(w, r, a, func(ctx context.Context) error {
+		lines := make([]bmdb.LogLine, len(batch.Lines))
+		for i, l := range batch.Lines {
+			lines[i] = bmdb.LogLine{Time: l.Time, Level: l.Level, Message: l.Message}
+		}
+		return s.db.AppendLogs(ctx, a.id, lines)
+	}) {
+		return
 	}
 	max := s.opts.MaxLogLines
 	s.update(mac, func(m *api.MachineState) {
@@ -350,25 +385,6 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	})
 	s.printLogs(mac, batch.Lines)
 	writeJSON(w, http.StatusOK, okBody)
-}
-
-// handleMachines answers with every recorded machine, sorted by MAC.
-func (s *Server) handleMachines(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.Machines())
-}
-
-// handleMachine answers with one machine's state, 404 when nothing was recorded.
-func (s *Server) handleMachine(w http.ResponseWriter, r *http.Request) {
-	mac, ok := pathMAC(w, r)
-	if !ok {
-		return
-	}
-	m, found := s.Machine(mac)
-	if !found {
-		writeError(w, http.StatusNotFound, "nothing recorded for machine %s", mac)
-		return
-	}
-	writeJSON(w, http.StatusOK, m)
 }
 
 // handleFile serves a regular file under FilesDir with Range, If-Range and

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -14,11 +15,13 @@ import (
 	"testing"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/bmdb"
 )
 
 const (
-	testMAC   = "aa:bb:cc:dd:ee:ff"
-	testToken = "s3cr3t-T0KEN-7f1c2e9d"
+	testOperatorToken = "operator-token-0123456789"
+	testMAC           = "aa:bb:cc:dd:ee:ff"
+	testToken         = "s3cr3t-T0KEN-7f1c2e9d"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's concurrent writers.
@@ -66,10 +69,14 @@ func newEnv(t *testing.T, mutate func(*Options)) *testEnv {
 		}
 	}
 	writeFile(t, filepath.Join(e.cfgDir, "aa-bb-cc-dd-ee-ff.yaml"), "hostname: node1\nserver:\n  url: http://bootyd\n  token: "+testToken+"\n")
+	db := testDB(t)
 	opts := Options{
-		ConfigDir: e.cfgDir,
-		FilesDir:  e.files,
-		Output:    e.out,
+		DB:             db,
+		OperatorTokens: []string{testOperatorToken},
+		PublicURL:      "http://bootyd.test:8080",
+		ConfigDir:      e.cfgDir,
+		FilesDir:       e.files,
+		Output:         e.out,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(e.logs, t.Output()),
 			&slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -118,6 +125,10 @@ func (e *testEnv) do(t *testing.T, method, path, token string, body any, hdr map
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -150,4 +161,15 @@ func apiError(t *testing.T, body string) string {
 		t.Fatalf("body %q is not an api.Error: %v", body, err)
 	}
 	return e.Error
+}
+
+// testDB opens a fresh SQLite BMDB in a temp dir, closed at cleanup.
+func testDB(t *testing.T) *bmdb.DB {
+	t.Helper()
+	db, err := bmdb.Open(context.Background(), filepath.Join(t.TempDir(), "bmdb.db"), bmdb.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }

@@ -7,16 +7,14 @@ import (
 	"strings"
 )
 
-// baseURL is PublicURL, or the scheme and Host of the request when unset.
-func (s *Server) baseURL(r *http.Request) string {
-	if s.opts.PublicURL != "" {
-		return s.opts.PublicURL
+// baseURL is PublicURL; never the request's Host header, which a client
+// chooses. Without PublicURL it answers 503 and returns false.
+func (s *Server) baseURL(w http.ResponseWriter) (string, bool) {
+	if s.opts.PublicURL == "" {
+		writeError(w, http.StatusServiceUnavailable, "bootyd serves no iPXE scripts without --public-url")
+		return "", false
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host
+	return s.opts.PublicURL, true
 }
 
 // fileURL is the URL of a path under /files/, each element escaped.
@@ -63,25 +61,40 @@ func (s *Server) ChainIPXE(base string) string {
 	return b.String()
 }
 
-// handleMachineIPXE serves MachineIPXE for a MAC that has a config (or a
-// default config); 404 otherwise, so that unknown machines do not boot the agent.
+// handleMachineIPXE serves MachineIPXE for a MAC bootyd knows (a machine
+// of the BMDB, a config file, the default config) or, with auto-discovery
+// on, for any MAC; 404 otherwise, so that unknown machines do not boot the
+// agent.
 func (s *Server) handleMachineIPXE(w http.ResponseWriter, r *http.Request) {
 	mac, ok := pathMAC(w, r)
 	if !ok {
 		return
 	}
-	if _, ok := s.machineConfig(w, mac); !ok {
+	base, ok := s.baseURL(w)
+	if !ok {
 		return
+	}
+	if !s.opts.AutoDiscover {
+		if _, err := s.db.MachineByMAC(r.Context(), mac); err != nil {
+			if _, err := s.lookupConfig(mac); err != nil {
+				writeError(w, http.StatusNotFound, "no machine %s", mac)
+				return
+			}
+		}
 	}
 	s.log.Info("serve iPXE script", "mac", mac)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write([]byte(s.MachineIPXE(s.baseURL(r), mac)))
+	_, _ = w.Write([]byte(s.MachineIPXE(base, mac)))
 }
 
 // handleChainIPXE serves ChainIPXE.
 func (s *Server) handleChainIPXE(w http.ResponseWriter, r *http.Request) {
+	base, ok := s.baseURL(w)
+	if !ok {
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write([]byte(s.ChainIPXE(s.baseURL(r))))
+	_, _ = w.Write([]byte(s.ChainIPXE(base)))
 }

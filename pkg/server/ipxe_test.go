@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -44,10 +45,21 @@ func TestMachineIPXE(t *testing.T) {
 	}
 }
 
-func TestIPXEDefaultsAndRequestBase(t *testing.T) {
+// TestIPXENeverFromHostHeader: scripts name --public-url whatever Host the
+// request carries, and without it bootyd refuses to render them.
+func TestIPXENeverFromHostHeader(t *testing.T) {
+	off := newEnv(t, func(o *Options) { o.PublicURL = "" })
+	for _, p := range []string{"/v1/boot.ipxe", "/v1/machines/" + testMAC + "/ipxe"} {
+		if code, _, body := off.do(t, "GET", p, "", nil, nil); code != http.StatusServiceUnavailable || !strings.Contains(body, "--public-url") {
+			t.Errorf("GET %s without --public-url: %d %s, want 503 naming --public-url", p, code, body)
+		}
+	}
 	e := newEnv(t, nil)
-	base := e.ts.URL // no PublicURL: scheme and Host of the request
-	_, _, body := e.do(t, "GET", "/v1/machines/"+testMAC+"/ipxe", "", nil, nil)
+	base := "http://bootyd.test:8080"
+	_, _, body := e.do(t, "GET", "/v1/machines/"+testMAC+"/ipxe", "", nil, map[string]string{"Host": "evil.example"})
+	if strings.Contains(body, "evil.example") {
+		t.Errorf("script names the request's Host:\n%s", body)
+	}
 	for _, w := range []string{
 		"kernel --name kernel " + base + "/files/vmlinuz initrd=initrd booty.server=" + base + " BOOTIF=01-aa-bb-cc-dd-ee-ff " + DefaultIPXECmdline + " ",
 		"initrd --name initrd " + base + "/files/initramfs.img ",
@@ -57,7 +69,7 @@ func TestIPXEDefaultsAndRequestBase(t *testing.T) {
 		}
 	}
 
-	code, _, chain := e.do(t, "GET", "/v1/boot.ipxe", "", nil, nil)
+	code, _, chain := e.do(t, "GET", "/v1/boot.ipxe", "", nil, map[string]string{"Host": "evil.example"})
 	if code != 200 {
 		t.Fatalf("boot.ipxe status %d", code)
 	}

@@ -32,15 +32,17 @@ func TestAuth(t *testing.T) {
 	}{
 		{"right token", testMAC, "Bearer " + testToken, 200, ""},
 		{"scheme case-insensitive", "AA-BB-CC-DD-EE-FF", "bearer " + testToken, 200, ""},
-		{"missing", testMAC, "", 401, "missing Authorization"},
-		{"wrong", testMAC, "Bearer wrong-token", 401, "does not match"},
-		{"prefix of token", testMAC, "Bearer " + testToken[:5], 401, "does not match"},
-		{"basic scheme", testMAC, "Basic " + testToken, 401, "missing Authorization"},
-		{"bearer without token", testMAC, "Bearer ", 401, "missing Authorization"},
-		{"config lacks token", "00:00:00:00:00:01", "Bearer anything", 403, "lacks server.token"},
-		{"config unparsable", "00:00:00:00:00:02", "Bearer anything", 500, "server.token"},
-		{"unknown MAC", "00:00:00:00:00:09", "Bearer " + testToken, 404, "no config"},
-		{"bad MAC", "nope", "Bearer " + testToken, 400, "not a MAC"},
+		// Every refusal is the same 401: it does not tell a MAC bootyd
+		// knows from one it does not.
+		{"missing", testMAC, "", 401, "unauthorized"},
+		{"wrong", testMAC, "Bearer wrong-token", 401, "unauthorized"},
+		{"prefix of token", testMAC, "Bearer " + testToken[:5], 401, "unauthorized"},
+		{"basic scheme", testMAC, "Basic " + testToken, 401, "unauthorized"},
+		{"bearer without token", testMAC, "Bearer ", 401, "unauthorized"},
+		{"config lacks token", "00:00:00:00:00:01", "Bearer anything", 401, "unauthorized"},
+		{"config unparsable", "00:00:00:00:00:02", "Bearer anything", 401, "unauthorized"},
+		{"unknown MAC", "00:00:00:00:00:09", "Bearer " + testToken, 401, "unauthorized"},
+		{"bad MAC", "nope", "Bearer " + testToken, 401, "unauthorized"},
 	}
 	for _, tt := range tests {
 		for _, kind := range []string{"status", "progress", "logs"} {
@@ -143,9 +145,6 @@ func TestStateTransitions(t *testing.T) {
 	if _, ok := e.srv.Machine(testMAC); ok {
 		t.Fatal("machine recorded before any report")
 	}
-	if code, _, _ := e.do(t, "GET", "/v1/machines/"+testMAC, "", nil, nil); code != 404 {
-		t.Fatalf("GET unrecorded machine: %d, want 404", code)
-	}
 	e.post(t, "status", status("select-disk", 1, 2, api.StateStarted))
 	if got := state(); got != StateRunning {
 		t.Fatalf("after first start: state %q, want running", got)
@@ -211,23 +210,8 @@ func TestStateTransitions(t *testing.T) {
 		t.Fatalf("logs %v, want [3 4 5]", msgs)
 	}
 
-	// The HTTP views agree with Machine.
-	code, _, body := e.do(t, "GET", "/v1/machines/AA-BB-CC-DD-EE-FF", "", nil, nil)
-	var got api.MachineState
-	if code != 200 || json.Unmarshal([]byte(body), &got) != nil || got.State != api.StateError || got.MAC != testMAC {
-		t.Fatalf("GET machine: %d %s", code, body)
-	}
-	code, _, body = e.do(t, "GET", "/v1/machines", "", nil, nil)
-	var all []api.MachineState
-	if code != 200 || json.Unmarshal([]byte(body), &all) != nil || len(all) != 1 || all[0].MAC != testMAC {
-		t.Fatalf("GET machines: %d %s", code, body)
-	}
-}
-
-func TestMachinesEmptyList(t *testing.T) {
-	e := newEnv(t, nil)
-	if code, _, body := e.do(t, "GET", "/v1/machines", "", nil, nil); code != 200 || strings.TrimSpace(body) != "[]" {
-		t.Fatalf("GET machines: %d %q, want 200 []", code, body)
+	if n := len(e.srv.Machines()); n != 1 {
+		t.Fatalf("Machines: %d, want 1", n)
 	}
 }
 
@@ -256,7 +240,7 @@ func TestPersistence(t *testing.T) {
 	writeFile(t, filepath.Join(stateDir, "00-00-00-00-00-01.json"), "{not json")
 	writeFile(t, filepath.Join(stateDir, ".tmp-00-00-00-00-00-02-123"), "{}")
 
-	s2, err := New(Options{ConfigDir: e.cfgDir, StateDir: stateDir})
+	s2, err := New(Options{ConfigDir: e.cfgDir, StateDir: stateDir, DB: testDB(t)})
 	if err != nil {
 		t.Fatalf("New over existing state: %v", err)
 	}
@@ -398,7 +382,9 @@ func TestServeAndShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- e.srv.Serve(ctx, ln) }()
-	resp, err := http.Get("http://" + ln.Addr().String() + "/v1/machines/" + testMAC + "/config")
+	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/v1/machines/"+testMAC+"/config", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

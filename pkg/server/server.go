@@ -24,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/booty-dev/booty/pkg/bmdb"
 )
 
 // Defaults for Options fields left zero.
@@ -75,6 +77,19 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Now is the clock; tests override it.
 	Now func() time.Time
+	// DB is the Bare Metal Database (required); the caller opens and closes it.
+	DB *bmdb.DB
+	// OperatorTokens are the tokens the operator API accepts; none turns
+	// the operator API off (every request 401).
+	OperatorTokens []string
+	// HeartbeatInterval is what enrolled agents are told (default 10 s).
+	HeartbeatInterval time.Duration
+	// AutoDiscover serves iPXE scripts to unknown MACs (their agents then
+	// enroll as discovered machines, when the BMDB allows it).
+	AutoDiscover bool
+	// ReportRate and ReportBurst bound the reports (log lines count one
+	// each) per second and machine (429 past them).
+	ReportRate, ReportBurst int
 }
 
 // Server is bootyd's HTTP service and machine state store.
@@ -89,6 +104,9 @@ type Server struct {
 
 	persistMu sync.Mutex
 	outMu     sync.Mutex
+
+	db    *bmdb.DB
+	limit limiter
 }
 
 // New checks opts, fills defaults, loads persisted state from StateDir
@@ -97,8 +115,13 @@ type Server struct {
 // absolute http(s) URL, when an iPXE setting would break the script (newline,
 // absolute or ".." path), or when the state directory cannot be read.
 func New(opts Options) (*Server, error) {
-	if opts.ConfigDir == "" && opts.DefaultConfig == "" {
-		return nil, errors.New("new server: neither a config directory nor a default config is set")
+	if opts.DB == nil {
+		return nil, errors.New("new server: no database (Options.DB)")
+	}
+	for i, t := range opts.OperatorTokens {
+		if len(t) < 16 {
+			return nil, fmt.Errorf("new server: operator token %d is shorter than 16 characters", i+1)
+		}
 	}
 	if opts.ConfigDir != "" {
 		if err := wantDir(opts.ConfigDir); err != nil {
@@ -157,11 +180,22 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if opts.ReportRate <= 0 {
+		opts.ReportRate = DefaultReportRate
+	}
+	if opts.ReportBurst <= 0 {
+		opts.ReportBurst = DefaultReportBurst
+	}
 	s := &Server{
 		opts:     opts,
 		log:      opts.Logger,
 		machines: map[string]*record{},
 		changed:  make(chan struct{}),
+		db:       opts.DB,
+		limit:    limiter{rate: float64(opts.ReportRate), burst: float64(opts.ReportBurst)},
 	}
 	if opts.StateDir != "" {
 		if err := s.loadState(); err != nil {

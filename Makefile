@@ -14,7 +14,7 @@ DEMO     := $(OUT)/demo
 # installed). Set DEPS= to skip it, e.g. in the Dockerfile.
 DEPS     ?= deps
 
-.PHONY: help deps build initramfs iso demo-image debian-image demo test vet unit e2e bench clean
+.PHONY: help deps build initramfs iso demo-image debian-image demo test vet unit e2e bench bench-fleet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -68,6 +68,9 @@ test: $(DEPS) vet unit e2e ## everything CI runs: vet, unit tests, end-to-end te
 
 bench: build bench-image ## out/bench/report.md: booty write-image vs curl|zstd|dd and bmaptool, with floors (root; docs/bench.md)
 	go run ./hack/bench --booty $(OUT)/booty --out $(OUT)/bench $(BENCHFLAGS)
+
+bench-fleet: $(DEPS) build ## out/bench/fleet.md: bootyd under 10,000 simulated agents, SQLite and two replicas on PostgreSQL, then growing fleets (docs/bench.md)
+	go run ./hack/benchfleet --bootyd $(OUT)/bootyd --out $(OUT)/bench $(BENCHFLEETFLAGS)
 
 .PHONY: bench-image
 bench-image: ## the bench images (4 GiB sparse GPT, 1 GiB dense), built once, cached in BOOTY_CACHE (default /var/cache/booty)

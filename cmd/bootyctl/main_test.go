@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -273,5 +275,33 @@ func TestWatchPrintsLinesWhenNotATerminal(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("watch lines lack %q:\n%s", w, out)
 		}
+	}
+}
+
+// TestTLSWithCACert: bootyctl verifies bootyd's certificate against
+// --ca-cert, and refuses a server it cannot verify.
+func TestTLSWithCACert(t *testing.T) {
+	f := &fakeBootyd{token: testToken, machines: map[string]*api.MachineDetail{}}
+	srv := httptest.NewTLSServer(f)
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tf := tokenFile(t, testToken)
+	if code, _, stderr := ctl(t, "machines", "list", "--server", srv.URL, "--token-file", tf, "--ca-cert", ca); code != 0 {
+		t.Errorf("https with --ca-cert: exit %d: %s", code, stderr)
+	}
+	code, _, stderr := ctl(t, "machines", "list", "--server", srv.URL, "--token-file", tf)
+	if code != 1 || !strings.Contains(stderr, "certificate") {
+		t.Errorf("https without the CA: exit %d, stderr %q; want a certificate error", code, stderr)
+	}
+	if code, _, stderr := ctl(t, "machines", "list", "--server", srv.URL, "--token-file", tf, "--insecure-http"); code != 2 || !strings.Contains(stderr, "--insecure-http") {
+		t.Errorf("--insecure-http with https: exit %d, stderr %q", code, stderr)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.pem")
+	os.WriteFile(bad, []byte("not a certificate"), 0o600)
+	if code, _, stderr := ctl(t, "machines", "list", "--server", srv.URL, "--token-file", tf, "--ca-cert", bad); code != 2 || !strings.Contains(stderr, "--ca-cert") {
+		t.Errorf("a --ca-cert without PEM: exit %d, stderr %q", code, stderr)
 	}
 }

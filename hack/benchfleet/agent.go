@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -147,9 +148,18 @@ type agent struct {
 	// inspection was reported.
 	issued    atomic.Int64
 	inspected chan struct{}
-	// stopped ends the heartbeats when the machine is provisioned (its OS
-	// boots; the agent is gone).
+	// stopped ends the heartbeats before the provision's result is sent
+	// (bootyd then ends the agent session: the OS boots, the agent is
+	// gone); hbMu is held during a heartbeat, so none is in flight then.
 	stopped chan struct{}
+	hbMu    sync.Mutex
+}
+
+// stopHeartbeats ends the heartbeats and waits for one in flight.
+func (a *agent) stopHeartbeats() {
+	close(a.stopped)
+	a.hbMu.Lock()
+	a.hbMu.Unlock()
 }
 
 func macOf(i int) string {
@@ -196,8 +206,16 @@ func (g *gen) heartbeats(ctx context.Context, a *agent, first time.Duration) {
 			return
 		case <-t.C:
 		}
+		a.hbMu.Lock()
+		select {
+		case <-a.stopped:
+			a.hbMu.Unlock()
+			return
+		default:
+		}
 		g.call(ctx, a.hc, epHeartbeat, http.MethodPost, a.url("/heartbeat"), a.token,
 			api.Heartbeat{Activity: "waiting", Time: time.Now()}, nil)
+		a.hbMu.Unlock()
 		j := time.Duration((rand.Float64()*0.2 - 0.1) * float64(g.heartbeat))
 		t.Reset(g.heartbeat + j)
 	}
@@ -242,9 +260,8 @@ func (g *gen) commands(ctx context.Context, a *agent, first time.Duration) {
 		case api.CommandProvision:
 			if g.provision(ctx, a, c.Generation) {
 				g.provisioned.Add(1)
-				close(a.stopped)
-				return
 			}
+			return
 		default:
 			g.call(ctx, a.hc, epResult, http.MethodPost, a.url("/command"), a.token,
 				api.CommandResult{Kind: c.Kind, Generation: c.Generation}, nil)
@@ -288,6 +305,7 @@ func (g *gen) provision(ctx context.Context, a *agent, gen int64) bool {
 		post(epStatus, "/status", api.StatusReport{Step: step, Index: i + 1, Total: n, State: api.StateSucceeded,
 			DurationMS: time.Since(start).Milliseconds(), Time: time.Now(), Generation: gen})
 	}
+	a.stopHeartbeats()
 	if !post(epResult, "/command", api.CommandResult{Kind: api.CommandProvision, Generation: gen}) {
 		g.failedCmds.Add(1)
 		return false

@@ -33,7 +33,7 @@ type bootyd struct {
 
 // startBootyd starts the bootyd binary on a free loopback port with db and
 // the operator token file, and waits (up to a minute) until it answers.
-func startBootyd(ctx context.Context, bin, name, dir, db, tokenFile string, extra []string) (*bootyd, error) {
+func startBootyd(ctx context.Context, bin, name, dir, db, tokenFile string, env []string) (*bootyd, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("start %s: find a free port: %w", name, err)
@@ -45,9 +45,10 @@ func startBootyd(ctx context.Context, bin, name, dir, db, tokenFile string, extr
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	b := &bootyd{name: name, url: "http://" + addr, log: &bytes.Buffer{}, done: make(chan error, 1)}
-	args := append([]string{"--insecure-http", "--listen", addr, "--public-url", b.url, "--db", db,
-		"--state-dir", stateDir, "--operator-token-file", tokenFile, "--log-level", "warn"}, extra...)
+	args := []string{"--insecure-http", "--listen", addr, "--public-url", b.url, "--db", db,
+		"--state-dir", stateDir, "--operator-token-file", tokenFile, "--log-level", "warn"}
 	b.cmd = exec.Command(bin, args...)
+	b.cmd.Env = append(os.Environ(), env...)
 	b.cmd.Stdout = nil // bootyd's account of every machine: not what is measured
 	b.cmd.Stderr = &lockedWriter{w: b.log}
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

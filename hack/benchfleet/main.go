@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -47,6 +48,7 @@ type config struct {
 	keepDir       bool
 	registerConc  int
 	watchInterval time.Duration
+	bootydEnv     string
 }
 
 func main() {
@@ -68,6 +70,7 @@ func main() {
 	flag.DurationVar(&c.goalP99, "goal-p99", 100*time.Millisecond, "p99 latency goal of every endpoint in the steady phase")
 	goalRSSMiB := flag.Int64("goal-rss-mib", 512, "bootyd RSS goal, MiB")
 	flag.BoolVar(&c.pgDurable, "pg-durable", true, "run PostgreSQL with fsync and synchronous commit, as in production")
+	flag.StringVar(&c.bootydEnv, "bootyd-env", "", "extra environment of bootyd, comma separated KEY=VALUE (e.g. GOMEMLIMIT=384MiB)")
 	flag.BoolVar(&c.keepDir, "keep", false, "keep the work directory (databases, bootyd logs)")
 	flag.Parse()
 	c.goalRSS = *goalRSSMiB << 20
@@ -77,7 +80,7 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, log); err != nil {
+	if err := run(ctx, c, log, os.Stdout); err != nil {
 		log.Error("bench-fleet", "err", err)
 		os.Exit(1)
 	}
@@ -108,6 +111,13 @@ func checkConfig(c config) ([]int, []string, error) {
 		}
 		steps = append(steps, n)
 	}
+	if c.bootydEnv != "" {
+		for _, kv := range strings.Split(c.bootydEnv, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return nil, nil, fmt.Errorf("-bootyd-env %q: want KEY=VALUE[,KEY=VALUE…]", c.bootydEnv)
+			}
+		}
+	}
 	var scen []string
 	for _, s := range strings.Split(c.scenarios, ",") {
 		switch s = strings.TrimSpace(s); s {
@@ -122,7 +132,7 @@ func checkConfig(c config) ([]int, []string, error) {
 }
 
 // run runs the chosen scenarios and writes the report.
-func run(ctx context.Context, c config, log *slog.Logger) error {
+func run(ctx context.Context, c config, log *slog.Logger, stdout io.Writer) error {
 	steps, scen, err := checkConfig(c)
 	if err != nil {
 		return err
@@ -190,7 +200,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
 		return err
 	}
-	fmt.Print(md)
+	fmt.Fprint(stdout, md)
 	log.Info("report written", "path", path)
 	for _, r := range rep.results {
 		if r.err != nil {

@@ -56,6 +56,9 @@ func (rep report) markdown() string {
 	fmt.Fprintf(&b, "Run %s, %s (commit %s), on %d CPUs (%s), %s. bootyd: `%s`.\n\n",
 		rep.started.UTC().Format(time.RFC3339), humanize.Duration(rep.finished.Sub(rep.started).Round(time.Second)), gitDescribe(),
 		runtime.NumCPU(), cpuModel(), runtime.Version(), c.bootyd)
+	if c.bootydEnv != "" {
+		fmt.Fprintf(&b, "bootyd's extra environment: `%s`.\n\n", c.bootydEnv)
+	}
 	fmt.Fprintf(&b, "Each simulated agent enrolls, heartbeats every %s (±10 %% jitter) and long-polls for a command (wait=%s). "+
 		"The simulated operator registered every machine first; during the steady phase it inspects and provisions 1 %% of the fleet "+
 		"(each agent then reports %d steps, progress every second and 10 log lines every 2 s over a %s image write, then the result), "+

@@ -169,7 +169,11 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 		}
 	}()
 	for i := 0; i < sc.replicas; i++ {
-		b, err := startBootyd(rctx, e.c.bootyd, fmt.Sprintf("bootyd%d", i+1), runDir, dsn, e.tokenFile, nil)
+		var env []string
+		if e.c.bootydEnv != "" {
+			env = strings.Split(e.c.bootydEnv, ",")
+		}
+		b, err := startBootyd(rctx, e.c.bootyd, fmt.Sprintf("bootyd%d", i+1), runDir, dsn, e.tokenFile, env)
 		if err != nil {
 			r.err = err
 			return r

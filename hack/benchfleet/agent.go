@@ -246,6 +246,14 @@ func (g *gen) commands(ctx context.Context, a *agent, first time.Duration) {
 		}
 		backoff = time.Second
 		if code == http.StatusNoContent || c.Kind == "" {
+			if g.pollWait == 0 {
+				// No long poll: ask again a heartbeat interval later.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(g.heartbeat):
+				}
+			}
 			continue
 		}
 		if t := a.issued.Swap(0); t != 0 {

@@ -46,6 +46,9 @@ type scenario struct {
 	duration time.Duration
 	goal     bool // held to the 10,000-agent goal
 	step     bool
+	// noPoll: agents ask for a command every heartbeat interval instead of
+	// holding a long poll (a diagnostic of what held connections cost).
+	noPoll bool
 }
 
 // result is what one run measured.
@@ -189,7 +192,11 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 		}
 	}()
 	setupRec := newRecorder(time.Time{})
-	g := &gen{rec: setupRec, operator: e.token, heartbeat: e.c.heartbeat, pollWait: e.c.pollWait, writeTime: e.c.writeTime,
+	pollWait := e.c.pollWait
+	if sc.noPoll {
+		pollWait = 0
+	}
+	g := &gen{rec: setupRec, operator: e.token, heartbeat: e.c.heartbeat, pollWait: pollWait, writeTime: e.c.writeTime,
 		imageBytes: 4 << 30, steps: []string{"load-config", "select-disk", "wipe-signatures", "stream-image", "grow-partition", "configure", "boot-entry", "handoff"}}
 	agents := make([]*agent, sc.agents)
 	for i := range agents {

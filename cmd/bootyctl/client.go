@@ -83,7 +83,8 @@ func newClient(o connOptions) (*client, error) {
 	return &client{base: u, token: token, http: &http.Client{Transport: tr, Timeout: o.timeout}}, nil
 }
 
-// readToken returns the first non-empty, non-comment line of path.
+// readToken returns the first non-empty, non-comment line of path, the
+// --token-file; the token never goes into an error.
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -95,7 +96,7 @@ func readToken(path string) (string, error) {
 			return line, nil
 		}
 	}
-	return "", usageError{"--token-file", fmt.Sprintf("%s holds no token (want one token on a line)", path)}
+	return "", usageError{"--token-file", fmt.Sprintf("%s holds no operator token (want one on a line of its own)", path)}
 }
 
 // httpError is a non-2xx answer of bootyd.

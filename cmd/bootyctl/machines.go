@@ -509,9 +509,14 @@ func registerCommand() command {
 					return usageError{"--bmc-password-file", "and --bmc-username go together"}
 				}
 				if bmcPassFile != "" {
-					pw, err := readToken(bmcPassFile)
+					b, err := os.ReadFile(bmcPassFile)
 					if err != nil {
 						return fmt.Errorf("read --bmc-password-file: %w", err)
+					}
+					// The whole first line: a password may start with # or hold spaces.
+					pw, _, _ := strings.Cut(string(b), "\n")
+					if pw = strings.TrimSuffix(pw, "\r"); pw == "" {
+						return usageError{"--bmc-password-file", fmt.Sprintf("%s: its first line is empty; want the password there", bmcPassFile)}
 					}
 					req.BMC.Password = pw
 				}

@@ -60,7 +60,7 @@ func TestUsageErrorsNameTheFlag(t *testing.T) {
 		{"plain http without opt-in", []string{"machines", "list", "--server", srv.URL, "--token-file", tf}, []string{"--server", "--insecure-http"}},
 		{"bad server URL", []string{"machines", "list", "--server", "ftp://x", "--token-file", tf}, []string{"--server", "http:// or https://"}},
 		{"no token file", []string{"machines", "list", "--server", srv.URL, "--insecure-http"}, []string{"--token-file", "is required"}},
-		{"empty token file", []string{"machines", "list", "--server", srv.URL, "--insecure-http", "--token-file", tokenFile(t, "")}, []string{"--token-file", "holds no token"}},
+		{"empty token file", []string{"machines", "list", "--server", srv.URL, "--insecure-http", "--token-file", tokenFile(t, "")}, []string{"--token-file", "holds no operator token"}},
 		{"ca-cert with http", append([]string{"machines", "list", "--ca-cert", "/nonexistent"}, c...), []string{"--ca-cert", "https://"}},
 		{"bad output", append([]string{"machines", "list", "-o", "xml"}, c...), []string{"-o/--output", "json, yaml or table"}},
 		{"bad state", append([]string{"machines", "list", "--state", "ready"}, c...), []string{"--state", "available"}},

@@ -83,7 +83,13 @@ func (rep report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %.0f of %.0f | %s (%s) | %s | %s | %d of %d | %d | %s |\n", r.sc.name, r.heartbeatRate, r.heartbeatGoal,
 			ms(worst), ep, strings.Join(rss, " + "), humanize.Bytes(r.dbBytes), r.provisioned, r.provisionsIssued, r.serverErrors(), r.verdict(c))
 	}
-	if len(rep.steps) > 0 || len(rep.results) > 0 {
+	sqliteRuns := 0
+	for _, r := range all {
+		if r.sc.engine == "sqlite" && !r.sc.noPoll {
+			sqliteRuns++
+		}
+	}
+	if sqliteRuns > 0 {
 		largest := 0
 		for _, r := range all {
 			if r.sc.engine == "sqlite" && !r.sc.noPoll && r.meetsP99(c.goalP99) && r.serverErrors() == 0 && r.sc.agents > largest {

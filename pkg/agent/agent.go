@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/entropy"
 	"github.com/booty-dev/booty/pkg/initsys"
+	"github.com/booty-dev/booty/pkg/inventory"
 	"github.com/booty-dev/booty/pkg/network"
 	"github.com/booty-dev/booty/pkg/provision"
 	"github.com/booty-dev/booty/pkg/redact"
@@ -23,8 +25,14 @@ import (
 
 // Timeouts of the agent's phases. Every wait has one.
 const (
-	NetworkTimeout     = 90 * time.Second
-	ConfigTimeout      = 5 * time.Minute
+	NetworkTimeout = 90 * time.Second
+	ConfigTimeout  = 5 * time.Minute
+	// StandbyTimeout bounds how long an agent enrolled with bootyd waits
+	// for a command before its failure policy reboots the machine.
+	StandbyTimeout = 7 * 24 * time.Hour
+	// InventoryLLDPWait bounds the LLDP listen of the hardware report an
+	// agent enrolls and is inspected with.
+	InventoryLLDPWait  = 2 * time.Second
 	RunTimeout         = 4 * time.Hour
 	DefaultFailDelay   = 30 * time.Second
 	logShipInterval    = 2 * time.Second
@@ -80,8 +88,11 @@ func New(sys *initsys.System) *Agent {
 		},
 	}
 	a.Failures = newFailureMemory(bootloader.EFIVars{Log: a.Log})
+	inv := inventory.NewCollector()
+	inv.LLDPWait = InventoryLLDPWait
+	inv.Log = a.Log
 	a.LoadConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
-		return config.LoadChain(ctx, a.Log, config.ProvidersFromCmdline(cl, config.WithLogger(a.Log))...)
+		return config.LoadChain(ctx, a.Log, config.ProvidersFromCmdline(cl, config.WithLogger(a.Log), config.WithHardware(inv.Collect))...)
 	}
 	a.LoadLocalConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
 		return config.LoadChain(ctx, a.Log, config.LocalProviders(config.WithLogger(a.Log),
@@ -128,10 +139,22 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		}
 	}
 	if cfg == nil {
-		cctx, cancel := context.WithTimeout(ctx, ConfigTimeout)
+		timeout := ConfigTimeout
+		if srv, ok := a.Cmdline.Get(config.CmdlineServer); ok && srv != "" {
+			timeout = StandbyTimeout // an enrolled agent waits for its command
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		var err error
 		cfg, provider, err = a.LoadConfig(cctx, a.Cmdline)
 		cancel()
+		var ch *config.CommandHandoff
+		if errors.As(err, &ch) {
+			a.Log.Info("bootyd asked for a handoff", "command", ch.Kind)
+			if ch.Kind == api.CommandPowerOff {
+				return initsys.Handoff{Action: initsys.Poweroff}
+			}
+			return initsys.Handoff{Action: initsys.Reboot}
+		}
 		if err != nil {
 			if netErr != nil {
 				a.Log.Error("cannot load the machine config", "step", api.StepLoadConfig, "error", err, "network_error", netErr)
@@ -176,6 +199,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		if ship != nil {
 			ship.Close()
 		}
+		a.completeCommand(ctx, provider, err)
 		return a.failure(ctx, cfg, hold, provision.FailedStep(err))
 	}
 	h := Decide(cfg, r.FirmwareChanged(), r.Kexec())
@@ -188,7 +212,30 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	if ship != nil {
 		ship.Close()
 	}
+	a.completeCommand(ctx, provider, nil)
 	return h
+}
+
+// commandCompleter is a provider that gave a command's config (bootyd's)
+// and takes the run's result back.
+type commandCompleter interface {
+	CompleteCommand(ctx context.Context, runErr error) error
+}
+
+// completeCommand tells bootyd how the run of its command ended (after the
+// logs were shipped, before the handoff); the provider retries it with
+// backoff, and a failure is only logged: the handoff goes ahead.
+func (a *Agent) completeCommand(ctx context.Context, p config.Provider, runErr error) {
+	if rp, ok := p.(reportingProvider); ok {
+		p = rp.Provider
+	}
+	c, ok := p.(commandCompleter)
+	if !ok {
+		return
+	}
+	if err := c.CompleteCommand(ctx, runErr); err != nil {
+		a.Log.Warn("cannot report the end of the command to bootyd", "error", err)
+	}
 }
 
 // network configures the agent's network as planNetwork decides from ip=

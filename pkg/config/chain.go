@@ -5,9 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/api"
 )
+
+// bootIF is the MAC of BOOTIF=01-aa-bb-cc-dd-ee-ff on the command line, "" without one.
+func bootIF(cl Cmdline) string {
+	v, ok := cl.Get("BOOTIF")
+	if !ok {
+		return ""
+	}
+	v = strings.TrimPrefix(v, "01-")
+	hw, err := net.ParseMAC(strings.ReplaceAll(v, "-", ":"))
+	if err != nil || len(hw) != 6 {
+		return ""
+	}
+	return hw.String()
+}
 
 // LoadChain asks each provider in order for the config. A provider that
 // returns ErrNoConfig is skipped; the first config wins and is returned with
@@ -57,6 +74,13 @@ type chainOptions struct {
 	unmount                               UnmountFunc
 	macs                                  func() ([]string, error)
 	allowHTTP                             bool
+	hardware                              func(context.Context) (*api.HardwareDetails, error)
+}
+
+// WithHardware sets the hardware collector the bootyd provider enrolls
+// with and inspects through.
+func WithHardware(f func(context.Context) (*api.HardwareDetails, error)) ChainOption {
+	return func(o *chainOptions) { o.hardware = f }
 }
 
 // WithSysRoot sets the sysfs root (default /sys) for the config drive and MAC discovery.
@@ -114,7 +138,7 @@ func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []Provider {
 	ps = append(ps, localProviders(o)...)
 	if srv, ok := cl.Get(CmdlineServer); ok && srv != "" {
 		ps = append(ps, &ServerProvider{URL: srv, CACert: o.caCert, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP,
-			SysRoot: o.sysRoot, MACs: o.macs, Log: o.log})
+			SysRoot: o.sysRoot, MACs: o.macs, Log: o.log, BootMAC: bootIF(cl), Hardware: o.hardware})
 	}
 	return ps
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/booty-dev/booty/pkg/api"
 )
 
@@ -209,11 +211,9 @@ func TestProvidersFromCmdline(t *testing.T) {
 // empty /deploy, then bootyd answering for the second MAC.
 func TestChainEndToEnd(t *testing.T) {
 	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		if r.URL.Path == "/v1/machines/52:54:00:00:00:02/config" {
-			io.WriteString(w, validYAML)
-			return
+		if !fleetAnswer(t, w, r, "52:54:00:00:00:02", "tok", validYAML) {
+			http.NotFound(w, r)
 		}
-		http.NotFound(w, r)
 	})
 	fb := newFakeBlock(t)
 	cl := ParseCmdline("console=ttyS0 booty.insecure-http=1 booty.server=" + srv.URL)
@@ -431,13 +431,13 @@ func TestDeployDirReporting(t *testing.T) {
 
 func TestServerProviderLoad(t *testing.T) {
 	macs := func() ([]string, error) { return []string{"52:54:00:aa:bb:01", "52:54:00:aa:bb:02"}, nil }
-	t.Run("all 404 is ErrNoConfig listing MACs", func(t *testing.T) {
+	t.Run("unknown machine is ErrNoConfig listing MACs", func(t *testing.T) {
 		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) { http.NotFound(w, r) })
 		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
 		if !errors.Is(err, ErrNoConfig) || !strings.Contains(err.Error(), "52:54:00:aa:bb:01, 52:54:00:aa:bb:02") {
 			t.Fatalf("err = %v", err)
 		}
-		want := []string{"/v1/machines/52:54:00:aa:bb:01/config", "/v1/machines/52:54:00:aa:bb:02/config"}
+		want := []string{"/v1/enroll"}
 		var got []string
 		for _, r := range srv.requests() {
 			got = append(got, r.Path)
@@ -455,38 +455,29 @@ func TestServerProviderLoad(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
-	t.Run("bad config from server names the field", func(t *testing.T) {
+	t.Run("bad config of a command is reported as load-config and the command's failure", func(t *testing.T) {
 		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
-			io.WriteString(w, "apiVersion: booty.dev/v1\nmode: deprovision\nhandoff: warp\n")
-		})
-		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
-		if err == nil || !strings.Contains(err.Error(), `handoff: unknown handoff "warp"`) {
-			t.Fatalf("err = %v", err)
-		}
-	})
-	t.Run("bad config with a token is reported to bootyd as load-config", func(t *testing.T) {
-		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
-			if strings.HasSuffix(r.URL.Path, "/config") {
-				io.WriteString(w, "apiVersion: booty.dev/v1\nimage: {ur: http://x/}\nserver: {url: http://127.0.0.1:1, token: tok-9}\n")
-			}
+			fleetAnswer(t, w, r, "52:54:00:aa:bb:01", "tok-9", "apiVersion: booty.dev/v1\nmode: deprovision\nhandoff: warp\n")
 		})
 		log, buf := logBuffer()
 		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff, Log: log}).Load(context.Background())
-		if err == nil || !strings.Contains(err.Error(), "image.ur") {
+		if err == nil || !strings.Contains(err.Error(), `handoff: unknown handoff "warp"`) {
 			t.Fatalf("err = %v", err)
 		}
 		reqs := srv.requests()
-		if len(reqs) != 3 || reqs[1].Path != "/v1/machines/52:54:00:aa:bb:01/status" || reqs[1].Auth != "Bearer tok-9" {
+		if len(reqs) != 5 || reqs[4].Path != "/v1/machines/52:54:00:aa:bb:01/command" || reqs[4].Auth != "Bearer tok-9" {
 			t.Fatalf("requests = %+v", reqs)
 		}
 		var first, last api.StatusReport
-		json.Unmarshal([]byte(reqs[1].Body), &first)
-		json.Unmarshal([]byte(reqs[2].Body), &last)
-		if first.Step != api.StepLoadConfig || first.State != api.StateFailed || !strings.Contains(first.Error, "image.ur") {
-			t.Errorf("first report = %+v", first)
+		json.Unmarshal([]byte(reqs[2].Body), &first)
+		json.Unmarshal([]byte(reqs[3].Body), &last)
+		if first.Step != api.StepLoadConfig || first.State != api.StateFailed || first.Generation != 7 || last.Step != api.StepMachine || last.State != api.StateError {
+			t.Errorf("reports = %+v, %+v", first, last)
 		}
-		if last.Step != api.StepMachine || last.State != api.StateError || !strings.Contains(last.Error, "load-config") {
-			t.Errorf("last report = %+v", last)
+		var res api.CommandResult
+		json.Unmarshal([]byte(reqs[4].Body), &res)
+		if res.Generation != 7 || !strings.Contains(res.Error, `handoff: unknown handoff "warp"`) {
+			t.Errorf("result = %+v", res)
 		}
 		if strings.Contains(buf.String(), "tok-9") {
 			t.Errorf("token logged:\n%s", buf)
@@ -508,9 +499,8 @@ func TestServerProviderReports(t *testing.T) {
 	var srv *recorder
 	srv = newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		switch {
-		case strings.HasSuffix(r.URL.Path, "/config"):
-			io.WriteString(w, validYAML+"server:\n  url: "+srv.URL+"\n  token: "+token+"\n")
-		case strings.HasSuffix(r.URL.Path, "/logs") && n == 3: // first logs POST: refused
+		case fleetAnswer(t, w, r, "52:54:00:aa:bb:01", token, validYAML):
+		case strings.HasSuffix(r.URL.Path, "/logs") && n == 4: // first logs POST: refused
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
@@ -535,12 +525,16 @@ func TestServerProviderReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "/v1/machines/52:54:00:aa:bb:01/"
+	// Every report carries the generation of the command being run.
+	stGen, prGen := st, pr
+	stGen.Generation, prGen.Generation = 7, 7
 	want := []recorded{
-		{"GET", base + "config", "", "", ""},
-		{"POST", base + "status", "Bearer " + token, "application/json", jsonOf(t, st)},
-		{"POST", base + "logs", "Bearer " + token, "application/json", jsonOf(t, api.LogBatch{Lines: lines})},
-		{"POST", base + "logs", "Bearer " + token, "application/json", jsonOf(t, api.LogBatch{Lines: lines})},
-		{"POST", base + "progress", "Bearer " + token, "application/json", jsonOf(t, pr)},
+		{"POST", "/v1/enroll", "", "application/json", jsonOf(t, api.EnrollRequest{MACs: []string{"52:54:00:aa:bb:01"}})},
+		{"GET", base + "command", "Bearer " + token, "", ""},
+		{"POST", base + "status", "Bearer " + token, "application/json", jsonOf(t, stGen)},
+		{"POST", base + "logs", "Bearer " + token, "application/json", jsonOf(t, api.LogBatch{Lines: lines, Generation: 7})},
+		{"POST", base + "logs", "Bearer " + token, "application/json", jsonOf(t, api.LogBatch{Lines: lines, Generation: 7})},
+		{"POST", base + "progress", "Bearer " + token, "application/json", jsonOf(t, prGen)},
 	}
 	if got := srv.requests(); !reflect.DeepEqual(got, want) {
 		t.Errorf("requests:\n got %+v\nwant %+v", got, want)
@@ -641,9 +635,7 @@ func TestServerReporterConcurrent(t *testing.T) {
 	p := &ServerProvider{URL: srv.URL, AllowHTTP: true, Backoff: fastBackoff,
 		MACs: func() ([]string, error) { return []string{"52:54:00:aa:bb:01"}, nil }}
 	srv.handle = func(w http.ResponseWriter, r *http.Request, n int) {
-		if strings.HasSuffix(r.URL.Path, "/config") {
-			io.WriteString(w, validYAML)
-		}
+		fleetAnswer(t, w, r, "52:54:00:aa:bb:01", "tok", validYAML)
 	}
 	if _, err := p.Load(context.Background()); err != nil {
 		t.Fatal(err)
@@ -660,7 +652,26 @@ func TestServerReporterConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := len(srv.requests()); n != 1+16 {
-		t.Errorf("%d requests, want 17", n)
+	if n := len(srv.requests()); n != 2+16 {
+		t.Errorf("%d requests, want 18", n)
 	}
+}
+
+// fleetAnswer plays bootyd's side of the fleet protocol: it enrolls the
+// agent as mac with token and answers its command poll with a provision
+// (generation 7) of cfgYAML. It returns false for any other request.
+func fleetAnswer(t *testing.T, w http.ResponseWriter, r *http.Request, mac, token, cfgYAML string) bool {
+	switch {
+	case r.Method == "POST" && r.URL.Path == "/v1/enroll":
+		json.NewEncoder(w).Encode(api.EnrollResponse{MachineID: "m-1", Name: "m1", MAC: mac, Token: token, HeartbeatSeconds: 3600, PollSeconds: 20})
+	case r.Method == "GET" && strings.HasSuffix(r.URL.Path, "/command"):
+		j, err := yaml.YAMLToJSON([]byte(cfgYAML))
+		if err != nil {
+			t.Error(err)
+		}
+		json.NewEncoder(w).Encode(api.AgentCommand{Kind: api.CommandProvision, Generation: 7, Config: j})
+	default:
+		return false
+	}
+	return true
 }

@@ -15,23 +15,23 @@ import (
 	"sync"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
-// ServerProvider asks bootyd for this machine's config by MAC address, and
-// reports status, progress and logs back to it.
+// ServerProvider is the agent's side of bootyd's fleet protocol
+// (pkg/api/fleet.go): Load enrolls the machine (its MACs, boot MAC first,
+// and its hardware report) and gets this boot's machine token, then
+// heartbeats in the background and long-polls for a command. It runs
+// inspections itself, returns a *CommandHandoff for reboot and poweroff,
+// and returns the config of a provision or deprovision command; the run's
+// end goes back with CompleteCommand. Reports (status, progress, logs)
+// carry the command's generation and are retried within
+// FleetReportBackoff. A machine bootyd does not know and will not
+// discover gives ErrNoConfig.
 //
-// Load tries GET {URL}/v1/machines/{mac}/config for each MAC in turn: 200 is
-// the config (parsed and validated), 404 means "not this MAC, try the next".
-// Transport errors and 408/429/5xx are retried within Backoff; when they
-// persist, or any other status answers, Load fails naming the server. When
-// every MAC got 404, Load returns ErrNoConfig listing the MACs tried.
-//
-// After Load, reports go to cfg.server.url when set (else URL) for the MAC
-// that answered, with the config's server.token as bearer token.
+// For a config from another provider that names a server,
+// NewServerReporter reports with the config's static server.token.
 type ServerProvider struct {
 	// URL is bootyd's base URL, from booty.server=.
 	URL string
@@ -53,10 +53,16 @@ type ServerProvider struct {
 	// SysRoot is the sysfs root for the default MACs; default /sys.
 	SysRoot string
 	Log     *slog.Logger
+	// BootMAC is the MAC the machine booted from (BOOTIF=), enrolled first.
+	BootMAC string
+	// Hardware collects the hardware report sent with the enrollment and
+	// after an inspect command; nil sends none (and fails inspections).
+	Hardware func(ctx context.Context) (*api.HardwareDetails, error)
 
 	mu    sync.Mutex
 	rep   reportTarget // set by Load or NewServerReporter
 	ready bool
+	fleet *fleetState // set by an enrollment
 }
 
 // reportTarget is where and as whom reports go.
@@ -137,86 +143,25 @@ func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := orDiscard(p.Log)
-	for _, mac := range macs {
-		u := machineURL(p.URL, mac, "config")
-		resp, err := fetch(ctx, client, p.Backoff, log, "fetch config from bootyd", httpfetch.Request{URL: u, Idle: p.IdleTimeout},
-			func(code int) bool { return code == http.StatusNotFound })
-		if err != nil {
-			return nil, fmt.Errorf("fetch config from bootyd %s for %s: %w", redactURL(p.URL), mac, err)
-		}
-		data := resp.Body
-		if resp.Code == http.StatusNotFound {
-			log.Debug("bootyd has no config for MAC", "mac", mac)
-			continue
-		}
-		cfg, err := Parse(data)
-		if err != nil {
-			err = fmt.Errorf("config from bootyd %s for %s: %w", redactURL(p.URL), mac, err)
-			p.reportBadConfig(ctx, data, mac, err)
-			return nil, err
-		}
-		t := reportTarget{base: p.URL, mac: mac, token: cfg.Server.Token}
-		if cfg.Server.URL != "" {
-			t.base = cfg.Server.URL
-			if err := httpfetch.CheckURL(t.base, p.AllowHTTP); err != nil {
-				err = fmt.Errorf("config from bootyd %s for %s: server.url: %w", redactURL(p.URL), mac, err)
-				p.reportBadConfig(ctx, data, mac, err)
-				return nil, err
-			}
-		}
-		if cfg.Server.CACert != "" {
-			// The config names its own trust for its server.
-			if t.client, err = newHTTPClient(cfg.Server.CACert, DefaultRequestTimeout, p.AllowHTTP); err != nil {
-				return nil, fmt.Errorf("config from bootyd %s for %s: server.caCert: %w", redactURL(p.URL), mac, err)
-			}
-		}
-		p.mu.Lock()
-		p.rep = t
-		p.ready = true
-		p.mu.Unlock()
-		log.Info("bootyd answered", "server", redactURL(p.URL), "mac", mac)
-		return cfg, nil
+	if err := p.enroll(ctx, client, macs); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: bootyd %s has no config for %s", ErrNoConfig, redactURL(p.URL), strings.Join(macs, ", "))
+	return p.waitCommand(ctx, client, macs)
 }
 
 // ReportStatus POSTs r to /v1/machines/{mac}/status.
 func (p *ServerProvider) ReportStatus(ctx context.Context, r api.StatusReport) error {
+	if r.Generation == 0 {
+		r.Generation = p.generation()
+	}
 	return p.report(ctx, "status", r)
-}
-
-// reportBadConfig tells bootyd that the config it served for mac is bad, so
-// the operator sees the problem there and not only on the console. The
-// token is read leniently from the bad config; without one nothing is sent.
-func (p *ServerProvider) reportBadConfig(ctx context.Context, data []byte, mac string, cause error) {
-	var lenient struct {
-		Server struct {
-			URL   string `json:"url"`
-			Token string `json:"token"`
-		} `json:"server"`
-	}
-	if yaml.Unmarshal(data, &lenient) != nil || lenient.Server.Token == "" {
-		return
-	}
-	p.mu.Lock()
-	p.rep = reportTarget{base: p.URL, mac: mac, token: lenient.Server.Token}
-	p.ready = true
-	p.mu.Unlock()
-	now := time.Now()
-	for _, r := range []api.StatusReport{
-		{Step: api.StepLoadConfig, State: api.StateFailed, Error: cause.Error(), Time: now},
-		{Step: api.StepMachine, State: api.StateError, Error: "step " + api.StepLoadConfig + ": " + cause.Error(), Time: now},
-	} {
-		if err := p.ReportStatus(ctx, r); err != nil {
-			orDiscard(p.Log).Warn("cannot report the bad config to bootyd", "error", err)
-			return
-		}
-	}
 }
 
 // ReportProgress POSTs pr to /v1/machines/{mac}/progress.
 func (p *ServerProvider) ReportProgress(ctx context.Context, pr api.ProgressReport) error {
+	if pr.Generation == 0 {
+		pr.Generation = p.generation()
+	}
 	return p.report(ctx, "progress", pr)
 }
 
@@ -225,7 +170,7 @@ func (p *ServerProvider) ReportLogs(ctx context.Context, lines []api.LogLine) er
 	if len(lines) == 0 {
 		return nil
 	}
-	return p.report(ctx, "logs", api.LogBatch{Lines: lines})
+	return p.report(ctx, "logs", api.LogBatch{Lines: lines, Generation: p.generation()})
 }
 
 // report POSTs v as JSON with the bearer token, retrying transport errors and
@@ -251,6 +196,9 @@ func (p *ServerProvider) report(ctx context.Context, what string, v any) error {
 	b := p.Backoff
 	if b == (Backoff{}) {
 		b = DefaultReportBackoff
+		if p.generation() != 0 {
+			b = FleetReportBackoff
+		}
 	}
 	_, err = fetch(ctx, client, b, p.Log, "report "+what, httpfetch.Request{Method: http.MethodPost, URL: u,
 		Header: bearer(t.token, "application/json"), Body: body, Idle: p.IdleTimeout}, nil)

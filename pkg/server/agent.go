@@ -228,7 +228,11 @@ func (s *Server) handleCommand(w http.ResponseWriter, r *http.Request) {
 	out := api.AgentCommand{Kind: string(c.Kind), Generation: c.Generation, IssuedAt: c.IssuedAt}
 	if c.Kind == bmdb.CommandProvision || c.Kind == bmdb.CommandDeprovision {
 		cfg, err := s.renderConfig(c.Spec, c.Kind)
-		if err != nil {
+		if err != nil && cfg != nil {
+			// A config file that is not a valid config: the agent reports
+			// it under load-config, as it always did.
+			s.log.Warn("the machine's config is not valid; the agent reports it", "machine", a.id, "err", err)
+		} else if err != nil {
 			// The operator's spec does not make a config: the command fails
 			// here, visibly, instead of on the machine.
 			msg := "bootyd could not render the config: " + err.Error()

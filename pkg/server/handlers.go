@@ -280,7 +280,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}) {
 		return
 	}
-	st := s.update(mac, func(m *api.MachineState) {
+	st := s.updateView(mac, a.legacy, func(m *api.MachineState) {
 		if rep.Step == api.StepMachine {
 			m.State = rep.State
 		} else if rep.State == api.StateStarted && terminal(m.State) {
@@ -332,7 +332,7 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	}) {
 		return
 	}
-	st := s.update(mac, func(m *api.MachineState) {
+	st := s.updateView(mac, a.legacy, func(m *api.MachineState) {
 		p := rep
 		m.Progress = &p
 		if m.State == "" {
@@ -377,8 +377,11 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	max := s.opts.MaxLogLines
-	s.update(mac, func(m *api.MachineState) {
-		m.Logs = append(m.Logs, batch.Lines...)
+	s.updateView(mac, a.legacy, func(m *api.MachineState) {
+		for _, l := range batch.Lines {
+			l.Message = truncate(l.Message, maxViewLine)
+			m.Logs = append(m.Logs, l)
+		}
 		if n := len(m.Logs); n > max {
 			m.Logs = append(m.Logs[:0], m.Logs[n-max:]...)
 		}

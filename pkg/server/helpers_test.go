@@ -164,9 +164,9 @@ func apiError(t *testing.T, body string) string {
 }
 
 // testDB opens a fresh SQLite BMDB in a temp dir, closed at cleanup.
-func testDB(t *testing.T) *bmdb.DB {
+func testDB(t *testing.T, opts ...bmdb.Option) *bmdb.DB {
 	t.Helper()
-	db, err := bmdb.Open(context.Background(), filepath.Join(t.TempDir(), "bmdb.db"), bmdb.WithLogger(slog.New(slog.DiscardHandler)))
+	db, err := bmdb.Open(context.Background(), filepath.Join(t.TempDir(), "bmdb.db"), append([]bmdb.Option{bmdb.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

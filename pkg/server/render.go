@@ -24,7 +24,9 @@ const LabelSource = "booty.dev/source"
 // cloud-init data, then spec.ConfigOverrides merged over it, then the mode
 // the command asks for and server.url set to bootyd. The token is never in
 // it: the agent reports with its own. It fails, naming the problem, when the
-// result is not a valid MachineConfig.
+// result is not a valid MachineConfig; the config is returned with that
+// error when it could be encoded, so the agent can report it as it would
+// a bad config file.
 func (s *Server) renderConfig(spec bmdb.Spec, kind bmdb.CommandKind) (json.RawMessage, error) {
 	cfg := map[string]any{"apiVersion": config.APIVersion}
 	img := map[string]any{}
@@ -108,7 +110,7 @@ func (s *Server) renderConfig(spec bmdb.Spec, kind bmdb.CommandKind) (json.RawMe
 		return nil, fmt.Errorf("render config: %w", err)
 	}
 	if _, err := config.Parse(b); err != nil {
-		return nil, fmt.Errorf("render config: %w", err)
+		return b, fmt.Errorf("render config: %w", err)
 	}
 	return b, nil
 }

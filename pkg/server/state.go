@@ -53,9 +53,32 @@ func cloneState(m api.MachineState) api.MachineState {
 // WaitFor callers, and persists the result when a state dir is set. A failed
 // write is logged, not returned: the report is already recorded in memory.
 func (s *Server) update(mac string, fn func(m *api.MachineState)) api.MachineState {
+	return s.updateView(mac, true, fn)
+}
+
+// maxViews bounds the machines whose last run bootyd keeps in memory; the
+// least recently updated is dropped first (the BMDB keeps everything).
+const maxViews = 1024
+
+// maxViewLine bounds a log line kept in the in-memory view (the BMDB keeps
+// up to MaxLogLineBytes).
+const maxViewLine = 512
+
+// updateView is update; persist false keeps the JSON file out of it (for
+// enrolled agents, whose reports the BMDB records).
+func (s *Server) updateView(mac string, persist bool, fn func(m *api.MachineState)) api.MachineState {
 	s.mu.Lock()
 	r, ok := s.machines[mac]
 	if !ok {
+		if len(s.machines) >= maxViews {
+			oldest := ""
+			for k, v := range s.machines {
+				if oldest == "" || v.state.Updated.Before(s.machines[oldest].state.Updated) {
+					oldest = k
+				}
+			}
+			delete(s.machines, oldest)
+		}
 		r = &record{state: api.MachineState{MAC: mac, Steps: []api.StatusReport{}}}
 		s.machines[mac] = r
 	}
@@ -68,7 +91,7 @@ func (s *Server) update(mac string, fn func(m *api.MachineState)) api.MachineSta
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
 
-	if s.opts.StateDir != "" {
+	if persist && s.opts.StateDir != "" {
 		s.persist(mac, snap, version)
 	}
 	return snap

@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/booty-dev/booty/pkg/bmdb"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/server"
 )
@@ -82,6 +83,7 @@ type Lab struct {
 	dir     string
 	tempDir bool
 	srv     *server.Server
+	db      *bmdb.DB
 	port    int
 	stop    context.CancelFunc
 	served  chan error
@@ -130,7 +132,16 @@ func NewLab(opts LabOptions) (*Lab, error) {
 		return fail(fmt.Errorf("listen on 127.0.0.1: %w", err))
 	}
 	l.port = ln.Addr().(*net.TCPAddr).Port
+	db, err := bmdb.Open(context.Background(), filepath.Join(l.StateDir(), "bmdb.db"), bmdb.WithLogger(opts.Logger.With("component", "bmdb")))
+	if err != nil {
+		ln.Close()
+		return fail(err)
+	}
+	l.db = db
 	srv, err := server.New(server.Options{
+		DB:              db,
+		OperatorTokens:  []string{OperatorToken},
+		AutoDiscover:    true,
 		ConfigDir:       l.ConfigDir(),
 		FilesDir:        opts.FilesDir,
 		StateDir:        l.StateDir(),
@@ -142,6 +153,7 @@ func NewLab(opts LabOptions) (*Lab, error) {
 	})
 	if err != nil {
 		ln.Close()
+		db.Close()
 		return fail(err)
 	}
 	l.srv = srv
@@ -205,6 +217,9 @@ func (l *Lab) Close() error {
 	if err := <-l.served; err != nil {
 		errs = append(errs, fmt.Errorf("close lab: %w", err))
 	}
+	if err := l.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close lab: %w", err))
+	}
 	if l.tempDir {
 		if err := os.RemoveAll(l.dir); err != nil {
 			errs = append(errs, fmt.Errorf("close lab: remove %s: %w", l.dir, err))
@@ -212,6 +227,13 @@ func (l *Lab) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// OperatorToken is the operator API token of every lab's bootyd (a test
+// secret, nothing else).
+const OperatorToken = "lab-operator-token-0123456789"
+
+// DB returns the lab's Bare Metal Database.
+func (l *Lab) DB() *bmdb.DB { return l.db }
 
 // Server returns the in-process bootyd, for Machine, Machines and WaitFor.
 func (l *Lab) Server() *server.Server { return l.srv }

@@ -75,8 +75,19 @@ func TestLabServesDemoMachine(t *testing.T) {
 		t.Errorf("machine %s config %s", m.MAC, m.ConfigPath)
 	}
 
-	// bootyd serves exactly the file AddMachine wrote.
-	code, body := get(t, lab.HostURL()+"/v1/machines/52:54:00:12:34:56/config")
+	// bootyd serves exactly the file AddMachine wrote, to its token only.
+	if code, _ := get(t, lab.HostURL()+"/v1/machines/52:54:00:12:34:56/config"); code != http.StatusUnauthorized {
+		t.Fatalf("GET config without the token = %d", code)
+	}
+	req, _ := http.NewRequest("GET", lab.HostURL()+"/v1/machines/52:54:00:12:34:56/config", nil)
+	req.Header.Set("Authorization", "Bearer "+m.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	code, body := resp.StatusCode, string(b)
 	file, err := os.ReadFile(m.ConfigPath)
 	if err != nil {
 		t.Fatal(err)

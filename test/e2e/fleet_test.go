@@ -1,0 +1,412 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/test/harness"
+	"github.com/booty-dev/booty/test/vm"
+)
+
+// fleetToken is the operator token of the fleet test's bootyd.
+const fleetToken = "fleet-e2e-operator-token-0123456789"
+
+// bootydProc is out/bootyd run as a subprocess, so it can be killed -9.
+type bootydProc struct {
+	bin, port string
+	args      []string
+	out       *lockedBuffer
+	cmd       *exec.Cmd
+	done      chan error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// start runs bootyd and waits (bounded) until it answers.
+func (b *bootydProc) start(t *testing.T) {
+	t.Helper()
+	b.cmd = exec.Command(b.bin, b.args...)
+	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
+	if err := b.cmd.Start(); err != nil {
+		t.Fatalf("start bootyd: %v", err)
+	}
+	b.done = make(chan error, 1)
+	go func() { b.done <- b.cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get("http://127.0.0.1:" + b.port + "/v1/boot.ipxe"); err == nil {
+			resp.Body.Close()
+			return
+		}
+		select {
+		case err := <-b.done:
+			t.Fatalf("bootyd exited at start: %v\n%s", err, b.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bootyd does not answer after 30s\n%s", b.out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// kill9 kills bootyd with SIGKILL: no shutdown, no flush.
+func (b *bootydProc) kill9(t *testing.T) {
+	t.Helper()
+	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 bootyd: %v", err)
+	}
+	<-b.done
+}
+
+// op is an operator API call; it fails the test on a non-2xx answer.
+func (b *bootydProc) op(t *testing.T, method, path string, body, out any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		j, _ := json.Marshal(body)
+		rd = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, "http://127.0.0.1:"+b.port+path, rd)
+	req.Header.Set("Authorization", "Bearer "+fleetToken)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, data)
+		}
+	}
+}
+
+func (b *bootydProc) show(t *testing.T, name string) api.MachineDetail {
+	t.Helper()
+	var d api.MachineDetail
+	b.op(t, "GET", "/v1/machines/"+name, nil, &d)
+	return d
+}
+
+// waitFor polls cond every second until it holds or the bound passes.
+func waitFor(t *testing.T, what string, bound time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", bound, what)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// throttled serves files, slowly under /slow/ (so a write lasts long
+// enough to kill bootyd during it).
+func throttled(dir string) http.Handler {
+	fs := http.FileServer(http.Dir(dir))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := strings.CutPrefix(r.URL.Path, "/slow/"); ok {
+			f, err := os.Open(filepath.Join(dir, filepath.Base(p)))
+			if err != nil {
+				http.NotFound(w, r)
+				return
+			}
+			defer f.Close()
+			st, _ := f.Stat()
+			w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := f.Read(buf)
+				if n > 0 {
+					if _, werr := w.Write(buf[:n]); werr != nil {
+						return
+					}
+					w.(http.Flusher).Flush()
+					time.Sleep(100 * time.Millisecond) // about 320 KiB/s
+				}
+				if err != nil {
+					return
+				}
+			}
+		}
+		fs.ServeHTTP(w, r)
+	})
+}
+
+func sha256Of(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// TestFleetEnrollInspectProvisionSurvivesKill: two QEMU machines boot the
+// agent with only booty.server= (and booty.insecure-http=1); both enroll
+// and are inspected (their disks appear in the operator API), are
+// provisioned with different images and root device hints; bootyd (out of
+// process, SQLite) is killed -9 during one machine's image write and
+// restarted: the state, steps and logs are there, the agent's reports in
+// between landed, and both machines end provisioned. One is then
+// deprovisioned back to available.
+func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
+	a := buildArtifacts(t)
+	start := time.Now()
+	bin := os.Getenv("BOOTYD_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "bootyd")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/bootyd")
+		build.Dir = repoRoot()
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build bootyd: %v\n%s", err, out)
+		}
+	}
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "operator-tokens")
+	if err := os.WriteFile(tokens, []byte(fleetToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := &http.Server{Handler: throttled(a.demo), ReadHeaderTimeout: 10 * time.Second}
+	fln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go files.Serve(fln)
+	t.Cleanup(func() { files.Close() })
+	filesURL := "http://" + harness.GuestHost + ":" + strconv.Itoa(fln.Addr().(*net.TCPAddr).Port)
+
+	port := freePort(t)
+	serverURL := "http://" + harness.GuestHost + ":" + port
+	b := &bootydProc{bin: bin, port: port, out: &lockedBuffer{}, args: []string{"--insecure-http", "--listen", "127.0.0.1:" + port,
+		"--state-dir", filepath.Join(dir, "state"), "--operator-token-file", tokens, "--public-url", serverURL}}
+	b.start(t)
+	t.Cleanup(func() {
+		if b.cmd.ProcessState == nil {
+			b.cmd.Process.Kill()
+			<-b.done
+		}
+		t.Logf("bootyd output:\n%s", b.out.String())
+	})
+
+	type machine struct {
+		mac   string
+		disks []vm.Disk
+		v     *vm.VM
+		name  string
+	}
+	mk := func(mac string, sizes ...int64) *machine {
+		m := &machine{mac: mac}
+		for i, size := range sizes {
+			p := filepath.Join(dir, fmt.Sprintf("%s-%d.raw", strings.ReplaceAll(mac, ":", ""), i))
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(p, size); err != nil {
+				t.Fatal(err)
+			}
+			m.disks = append(m.disks, vm.Disk{Path: p, Format: "raw", Interface: vm.IfaceVirtio, Serial: fmt.Sprintf("SN-%s-%d", mac[len(mac)-2:], i)})
+		}
+		return m
+	}
+	boot := func(m *machine) {
+		m.v = vm.StartT(t, vm.Config{Kernel: a.kernel, Initrd: a.initrd, Disks: m.disks, Net: true, MAC: m.mac, Timeout: 20 * time.Minute,
+			Append: "console=ttyS0,115200 no_timer_check booty.server=" + serverURL + " " + harness.InsecureHTTP + " panic=-1"})
+	}
+	ma := mk("52:54:00:f1:ee:01", 256<<20)
+	mb := mk("52:54:00:f1:ee:02", 128<<20, 256<<20)
+	boot(ma)
+	boot(mb)
+
+	// Both enroll as discovered machines.
+	waitFor(t, "both agents to enroll", 8*time.Minute, func() bool {
+		var l api.MachineList
+		b.op(t, "GET", "/v1/machines", nil, &l)
+		live := 0
+		for _, m := range l.Machines {
+			if m.Agent != nil && m.Agent.Live {
+				live++
+			}
+			switch m.BootMAC {
+			case ma.mac:
+				ma.name = m.Name
+			case mb.mac:
+				mb.name = m.Name
+			}
+		}
+		return live == 2
+	})
+	t.Logf("both enrolled after %s", time.Since(start).Round(time.Second))
+
+	// Inspection: their disks appear.
+	for _, m := range []*machine{ma, mb} {
+		b.op(t, "POST", "/v1/machines/"+m.name+"/inspect", nil, nil)
+	}
+	for _, m := range []*machine{ma, mb} {
+		waitFor(t, m.name+" to be inspected", 5*time.Minute, func() bool { return b.show(t, m.name).State == api.MachineAvailable })
+		d := b.show(t, m.name)
+		if d.Hardware == nil || len(d.Hardware.Storage) != len(m.disks) {
+			t.Fatalf("%s: hardware %+v, want %d disks", m.name, d.Hardware, len(m.disks))
+		}
+		for i, s := range d.Hardware.Storage {
+			if s.SerialNumber != m.disks[i].Serial {
+				t.Errorf("%s: disk %s serial %q, want %q", m.name, s.Name, s.SerialNumber, m.disks[i].Serial)
+			}
+		}
+	}
+	t.Logf("both inspected after %s", time.Since(start).Round(time.Second))
+
+	// Provision: A from the slow zst by device name, B the gz by serial
+	// onto its second disk.
+	over := json.RawMessage(`{"handoff":"poweroff","efiBootEntry":false,"disk":{"rootPartitionSize":"keep"},"onFailure":{"action":"poweroff","delay":"5s"}}`)
+	raw := sha256Of(t, filepath.Join(a.demo, harness.DemoImage))
+	specA := api.MachineSpec{Image: api.ImageSpec{URL: filesURL + "/slow/" + harness.DemoImageZst,
+		Checksum: sha256Of(t, filepath.Join(a.demo, harness.DemoImageZst)), Checksums: []string{raw}},
+		RootDeviceHints: &api.RootDeviceHints{DeviceName: "/dev/vda"}, Hostname: "fleet-a", ConfigOverrides: over}
+	specB := api.MachineSpec{Image: api.ImageSpec{URL: filesURL + "/" + harness.DemoImage + ".gz",
+		Checksum: sha256Of(t, filepath.Join(a.demo, harness.DemoImage+".gz")), Checksums: []string{raw}},
+		RootDeviceHints: &api.RootDeviceHints{SerialNumber: mb.disks[1].Serial}, Hostname: "fleet-b", ConfigOverrides: over}
+	b.op(t, "POST", "/v1/machines/"+ma.name+"/provision", api.ProvisionRequest{Spec: &specA}, nil)
+	b.op(t, "POST", "/v1/machines/"+mb.name+"/provision", api.ProvisionRequest{Spec: &specB}, nil)
+
+	// Kill -9 bootyd while A writes its image; restart it.
+	waitFor(t, ma.name+" to write", 5*time.Minute, func() bool {
+		d := b.show(t, ma.name)
+		return d.Progress != nil && d.Progress.BytesDone > 0
+	})
+	before := b.show(t, ma.name)
+	b.kill9(t)
+	t.Logf("bootyd killed -9 at %s of %s written, after %s", humanBytes(before.Progress.BytesDone), humanBytes(before.Progress.BytesTotal), time.Since(start).Round(time.Second))
+	time.Sleep(3 * time.Second)
+	b.start(t)
+	after := b.show(t, ma.name)
+	if after.State != api.MachineProvisioning || after.Install == nil || len(after.Install.Steps) < len(before.Install.Steps) ||
+		after.Progress == nil || after.Progress.BytesDone < before.Progress.BytesDone {
+		t.Fatalf("after the restart: %+v, install %+v; before: %+v", after.Machine, after.Install, before.Install)
+	}
+
+	for _, m := range []*machine{ma, mb} {
+		waitFor(t, m.name+" to be provisioned", 10*time.Minute, func() bool {
+			d := b.show(t, m.name)
+			if d.Status == api.StatusError {
+				t.Fatalf("%s failed: %+v\n%s", m.name, d.Error, m.v.ConsoleText())
+			}
+			return d.State == api.MachineProvisioned
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		err := m.v.Wait(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: VM after provisioning: %v", m.name, err)
+		}
+	}
+	t.Logf("both provisioned after %s", time.Since(start).Round(time.Second))
+	d := b.show(t, ma.name)
+	var steps []string
+	for _, s := range d.Install.Steps {
+		steps = append(steps, s.Name+":"+s.Result)
+		if s.Result != "succeeded" {
+			t.Errorf("%s: step %s %s %s", ma.name, s.Name, s.Result, s.Error)
+		}
+	}
+	if len(steps) < 3 || d.Install.Result != "succeeded" || d.Progress != nil && d.Progress.BytesDone < before.Progress.BytesDone {
+		t.Errorf("%s: install %+v steps %v", ma.name, d.Install, steps)
+	}
+	// Reports the agent sent while bootyd was down landed: a step finished
+	// after the kill, and log lines from after the restart.
+	var logs api.LogList
+	b.op(t, "GET", "/v1/machines/"+ma.name+"/logs?limit=1000", nil, &logs)
+	if len(logs.Lines) == 0 {
+		t.Errorf("%s: no logs", ma.name)
+	}
+	for _, m := range []*machine{ma, mb} {
+		if err := harness.DiskHoldsImage(m.disks[len(m.disks)-1].Path, filepath.Join(a.demo, harness.DemoImage)); err != nil {
+			t.Errorf("%s: %v", m.name, err)
+		}
+	}
+	if ok, _ := harness.FirstMiBZero(mb.disks[0].Path); !ok {
+		t.Errorf("%s: the disk the hints did not pick was written", mb.name)
+	}
+
+	// Deprovision B: its agent boots again, enrolls, runs the command.
+	b.op(t, "POST", "/v1/machines/"+mb.name+"/deprovision", nil, nil)
+	boot(mb)
+	waitFor(t, mb.name+" to be deprovisioned", 8*time.Minute, func() bool {
+		d := b.show(t, mb.name)
+		if d.Status == api.StatusError {
+			t.Fatalf("%s deprovision failed: %+v\n%s", mb.name, d.Error, mb.v.ConsoleText())
+		}
+		return d.State == api.MachineAvailable
+	})
+	t.Logf("deprovisioned after %s", time.Since(start).Round(time.Second))
+	var ev api.EventList
+	b.op(t, "GET", "/v1/machines/"+mb.name+"/events", nil, &ev)
+	var reasons []string
+	for _, e := range ev.Events {
+		reasons = append(reasons, e.Reason)
+	}
+	for _, want := range []string{"Discovered", "Enrolled", "InspectionDone", "Provision", "ProvisioningDone", "Deprovision", "DeprovisioningDone"} {
+		if !strings.Contains(" "+strings.Join(reasons, " ")+" ", " "+want+" ") {
+			t.Errorf("%s: events %v lack %s", mb.name, reasons, want)
+		}
+	}
+	if out := b.out.String(); strings.Contains(out, fleetToken) {
+		t.Errorf("bootyd's output holds the operator token")
+	}
+}
+
+func humanBytes(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

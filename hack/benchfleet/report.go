@@ -117,7 +117,7 @@ func (rep report) markdown() string {
 		fmt.Fprintf(&b, "\n## %s\n\n", r.sc.name)
 		fmt.Fprintf(&b, "%d agents, %d bootyd, %s. ", r.sc.agents, r.sc.replicas, r.dbDesc)
 		if r.sc.noPoll {
-			fmt.Fprintf(&b, "No agent holds a long poll: each asks for a command (wait=0) every %s, so commands arrive up to that late; everything else as in the SQLite run. The difference in RSS from that run is what bootyd spends on held long polls. ", c.heartbeat)
+			fmt.Fprintf(&b, "No agent holds a long poll: each asks for a command (wait=0) every %s, so commands arrive up to that late; everything else as in the SQLite run. When the CPU keeps up (no queued requests), the difference in RSS from that run is what bootyd spends on held long polls. ", c.heartbeat)
 		}
 		if r.err != nil {
 			fmt.Fprintf(&b, "\n\n**The run failed:** `%s`\n", strings.ReplaceAll(firstLine(r.err.Error()), "`", "'"))

@@ -727,7 +727,7 @@ func watchCommand() command {
 	)
 	return command{
 		name: "watch", args: "[MACHINE…]", short: "a live table of machines, a progress bar per writing machine",
-		long:    "Redraws a table of machines (all, or the ones named) every --interval:\nstate, status, the step of a running install and, for each machine\nwriting its image, a progress bar with bytes written. When stdout is not\na terminal it prints a line per change instead (a new state, status or\nstep, or another tenth of the write). Stop it with Ctrl-C.",
+		long:    "Redraws a table of machines (all, or the ones named) every --interval:\nstate, status, the step of a running install and, for each machine\nwriting its image, a progress bar with bytes written. When stdout is not\na terminal it prints a line per change instead (a new state, status or\nstep, or another tenth of the write). A fleet taller than the terminal\nshows its busy machines (writing, installing, inspecting, in error) and\ncounts the rest by state; --state narrows what is fetched. Stop it with\nCtrl-C.",
 		example: "  bootyctl machines watch\n  bootyctl machines watch node-1 node-2 --interval 500ms\n  bootyctl machines watch --state provisioning | tee provision.log",
 		flags: func(fs *pflag.FlagSet) {
 			fs.DurationVar(&interval, "interval", time.Second, "how often to refresh (at least 100ms)")
@@ -800,7 +800,8 @@ func watch(ctx context.Context, e *env, c *client, o watchOptions) error {
 			}
 			sortMachines(ms)
 			if tty {
-				err = drawScreen(e.stdout, ms, c.base.Host, e.now())
+				cols, rows := e.termSize(e.stdout)
+				err = drawScreen(e.stdout, ms, c.base.Host, e.now(), cols, rows)
 			} else {
 				err = lw.update(e.stdout, ms, e.now())
 			}

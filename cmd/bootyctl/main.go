@@ -42,8 +42,10 @@ type env struct {
 	output         string
 	// now is the clock (tests override it).
 	now func() time.Time
-	// isTerminal says whether stdout is a terminal.
+	// isTerminal says whether stdout is a terminal; termSize is its
+	// columns and rows (0, 0 when unknown).
 	isTerminal func(io.Writer) bool
+	termSize   func(io.Writer) (int, int)
 }
 
 // command is one `bootyctl machines VERB`.
@@ -121,11 +123,14 @@ func printCommandUsage(w io.Writer, c command, fs *pflag.FlagSet) {
 // run is bootyctl's main. It returns the exit code: 0 on success or
 // --help, 2 for a bad command line, 1 for any other failure.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr, now: time.Now, isTerminal: isTerminal}
+	e := &env{stdout: stdout, stderr: stderr, now: time.Now, isTerminal: isTerminal, termSize: termSize}
 	return runEnv(ctx, e, args)
 }
 
 func runEnv(ctx context.Context, e *env, args []string) int {
+	if e.termSize == nil {
+		e.termSize = termSize
+	}
 	help := "bootyctl --help"
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(e.stderr, "bootyctl: "+format+"\n", a...)

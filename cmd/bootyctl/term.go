@@ -13,3 +13,16 @@ func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
+
+// termSize returns the columns and rows of the terminal w, or 0, 0.
+func termSize(w io.Writer) (int, int) {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0, 0
+	}
+	c, r, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0, 0
+	}
+	return c, r
+}

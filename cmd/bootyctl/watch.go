@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -52,24 +53,80 @@ func sortMachines(ms []api.Machine) {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 }
 
-// drawScreen writes one frame of the live table for a terminal: cursor home,
-// the table, each line cleared to its end, the rest of the screen cleared.
-func drawScreen(w io.Writer, ms []api.Machine, server string, now time.Time) error {
+// drawScreen writes one frame of the live table for a terminal of cols ×
+// rows (0: unknown): cursor home, the table, each line cut to the width and
+// cleared to its end, the rest of the screen cleared. When the fleet does
+// not fit, the machines that are busy (writing first, then any other
+// install, inspection or error) take the rows and a last line counts the
+// rest by state.
+func drawScreen(w io.Writer, ms []api.Machine, server string, now time.Time, cols, rows int) error {
 	var b strings.Builder
 	b.WriteString("\x1b[H")
-	fmt.Fprintf(&b, "bootyctl machines watch: %s  %s  (%d machines, %d writing; Ctrl-C to stop)\n\n",
-		server, now.Format("15:04:05"), len(ms), countWriting(ms))
+	lines := []string{fmt.Sprintf("bootyctl machines watch: %s  %s  (%d machines, %d writing; Ctrl-C to stop)", server, now.Format("15:04:05"), len(ms), countWriting(ms)), ""}
+	shown, rest := ms, []api.Machine(nil)
+	if rows > 0 && len(ms) > rows-4 {
+		byBusy := slices.Clone(ms)
+		sort.SliceStable(byBusy, func(i, j int) bool { return busy(byBusy[i]) > busy(byBusy[j]) })
+		n := max(rows-4, 1)
+		shown, rest = byBusy[:n], byBusy[n:]
+		sortMachines(shown)
+	}
 	var t strings.Builder
-	if err := table(&t, []string{"NAME", "STATE", "STATUS", "STEP", "PROGRESS"}, watchRows(ms)); err != nil {
+	if err := table(&t, []string{"NAME", "STATE", "STATUS", "STEP", "PROGRESS"}, watchRows(shown)); err != nil {
 		return err
 	}
-	for line := range strings.SplitSeq(strings.TrimSuffix(t.String(), "\n"), "\n") {
+	lines = append(lines, strings.Split(strings.TrimSuffix(t.String(), "\n"), "\n")...)
+	if len(rest) > 0 {
+		lines = append(lines, "… and "+countByState(rest))
+	}
+	for i, line := range lines {
+		if r := []rune(line); cols > 0 && len(r) > cols {
+			line = string(r[:cols])
+		}
 		b.WriteString(line)
-		b.WriteString("\x1b[K\n")
+		b.WriteString("\x1b[K")
+		if i < len(lines)-1 {
+			b.WriteString("\n") // none after the last: it would scroll a full screen
+		}
 	}
 	b.WriteString("\x1b[J")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// busy ranks what a watcher wants to see first: a machine writing its
+// image, then one in another install or inspection, then one in error.
+func busy(m api.Machine) int {
+	switch {
+	case writing(m):
+		return 3
+	case m.State == api.MachineProvisioning || m.State == api.MachineDeprovisioning || m.State == api.MachineInspecting:
+		return 2
+	case m.Status == api.StatusError:
+		return 1
+	}
+	return 0
+}
+
+// countByState says how many machines are in each state: "12 more: 10
+// provisioned, 2 available".
+func countByState(ms []api.Machine) string {
+	n := map[string]int{}
+	for _, m := range ms {
+		n[m.State]++
+	}
+	var states []string
+	for st := range n {
+		states = append(states, st)
+	}
+	sort.Slice(states, func(i, j int) bool {
+		return n[states[i]] > n[states[j]] || (n[states[i]] == n[states[j]] && states[i] < states[j])
+	})
+	parts := make([]string, len(states))
+	for i, st := range states {
+		parts[i] = fmt.Sprintf("%d %s", n[st], st)
+	}
+	return fmt.Sprintf("%d more: %s", len(ms), strings.Join(parts, ", "))
 }
 
 func countWriting(ms []api.Machine) int {

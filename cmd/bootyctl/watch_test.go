@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -107,5 +108,43 @@ func TestWatchDrawsProgressBarsOnATerminal(t *testing.T) {
 	}
 	if n := strings.Count(out, "\x1b[H"); n != 10 {
 		t.Errorf("%d frames drawn, want 10 (--count 10)", n)
+	}
+}
+
+// TestWatchFitsTheTerminal: a fleet taller than the terminal shows the busy
+// machines (the writing one first) and counts the rest; no line is wider
+// than the terminal, so redrawing in place never scrolls.
+func TestWatchFitsTheTerminal(t *testing.T) {
+	var ms []api.Machine
+	for i := range 20 {
+		ms = append(ms, api.Machine{ID: fmt.Sprint(i), Name: fmt.Sprintf("node-%02d", i), State: api.MachineProvisioned, Status: api.StatusOK})
+	}
+	ms[17].State = api.MachineProvisioning
+	ms[17].Progress = &api.InstallProgress{Step: "stream-image", BytesDone: 1 << 29, BytesTotal: 1 << 30}
+	ms[3].State, ms[3].Status = api.MachineAvailable, api.StatusError
+	ms[3].Error = &api.MachineError{Message: strings.Repeat("a very long error ", 10)}
+	var b bytes.Buffer
+	if err := drawScreen(&b, ms, "bootyd:8443", t0, 60, 8); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("frame:\n%s", out)
+	lines := strings.Split(strings.TrimSuffix(out, "\x1b[J"), "\n")
+	if len(lines) > 8 {
+		t.Errorf("%d lines for a terminal of 8 rows", len(lines))
+	}
+	for _, l := range lines {
+		l = strings.NewReplacer("\x1b[H", "", "\x1b[K", "").Replace(l)
+		if n := len([]rune(l)); n > 60 {
+			t.Errorf("line of %d columns for a terminal of 60: %q", n, l)
+		}
+	}
+	for _, w := range []string{"node-17", "node-03", "… and 16 more: 16 provisioned"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("frame lacks %q", w)
+		}
+	}
+	if strings.Index(out, "node-03") > strings.Index(out, "node-17") {
+		t.Errorf("shown machines are not in name order")
 	}
 }

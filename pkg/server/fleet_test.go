@@ -143,6 +143,7 @@ func TestFleetEnrollInspectProvision(t *testing.T) {
 	req := api.ProvisionRequest{Spec: &api.MachineSpec{Image: api.ImageSpec{URL: "http://10.0.0.1/files/os.img.zst",
 		Checksum: "sha256:" + strings.Repeat("ab", 32)}, Hostname: "node-7", UserData: "#cloud-config\n",
 		RootDeviceHints: &api.RootDeviceHints{SerialNumber: "disk-" + mac, Rotational: &yes}}}
+	asked := time.Now()
 	code, _, body = e.do(t, "POST", "/v1/machines/"+name+"/provision", testOperatorToken, req, nil)
 	if code != 200 {
 		t.Fatalf("provision: %d %s", code, body)
@@ -158,6 +159,7 @@ func TestFleetEnrollInspectProvision(t *testing.T) {
 	if l.err != nil {
 		t.Fatal(l.err)
 	}
+	t.Logf("the waiting agent had its provision %s after the operator asked", l.at.Sub(asked))
 	if l.cfg.Image.URL != req.Spec.Image.URL || l.cfg.Hostname != "node-7" || l.cfg.Mode != config.ModeProvision ||
 		l.cfg.Disk.Hints["serial"] != "disk-"+mac || l.cfg.Disk.Hints["rotational"] != true || l.cfg.CloudInit.UserData != "#cloud-config\n" ||
 		l.cfg.Server.Token != "" || l.cfg.Server.URL != "http://bootyd.test:8080" {

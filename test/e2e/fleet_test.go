@@ -311,15 +311,16 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	t.Logf("both inspected after %s", time.Since(start).Round(time.Second))
 
 	// Provision: A from the slow zst by device name, B the gz by serial
-	// onto its second disk.
+	// onto its second disk. Written as they are (no growth, no EFI entry,
+	// nothing configured inside), so the disks compare with the image.
 	over := json.RawMessage(`{"handoff":"poweroff","efiBootEntry":false,"disk":{"rootPartitionSize":"keep"},"onFailure":{"action":"poweroff","delay":"5s"}}`)
 	raw := sha256Of(t, filepath.Join(a.demo, harness.DemoImage))
 	specA := api.MachineSpec{Image: api.ImageSpec{URL: filesURL + "/slow/" + harness.DemoImageZst,
 		Checksum: sha256Of(t, filepath.Join(a.demo, harness.DemoImageZst)), Checksums: []string{raw}},
-		RootDeviceHints: &api.RootDeviceHints{DeviceName: "/dev/vda"}, Hostname: "fleet-a", ConfigOverrides: over}
+		RootDeviceHints: &api.RootDeviceHints{DeviceName: "/dev/vda"}, ConfigOverrides: over}
 	specB := api.MachineSpec{Image: api.ImageSpec{URL: filesURL + "/" + harness.DemoImage + ".gz",
 		Checksum: sha256Of(t, filepath.Join(a.demo, harness.DemoImage+".gz")), Checksums: []string{raw}},
-		RootDeviceHints: &api.RootDeviceHints{SerialNumber: mb.disks[1].Serial}, Hostname: "fleet-b", ConfigOverrides: over}
+		RootDeviceHints: &api.RootDeviceHints{SerialNumber: mb.disks[1].Serial}, ConfigOverrides: over}
 	b.op(t, "POST", "/v1/machines/"+ma.name+"/provision", api.ProvisionRequest{Spec: &specA}, nil)
 	b.op(t, "POST", "/v1/machines/"+mb.name+"/provision", api.ProvisionRequest{Spec: &specB}, nil)
 

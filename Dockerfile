@@ -1,5 +1,5 @@
 # Builds the same artifacts as `make build initramfs`: out/booty, out/bootyd,
-# out/vmlinuz and out/initramfs.img, inside a Debian container.
+# out/bootyctl, out/vmlinuz and out/initramfs.img, inside a Debian container.
 #
 #   docker build -t booty-build .
 #   docker run --rm -v "$PWD/out:/artifacts" booty-build  # copies the artifacts to ./out
@@ -17,7 +17,7 @@ RUN make build initramfs OUT=/out DEPS=
 
 FROM debian:bookworm-slim AS bootyd
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
-COPY --from=build /out/bootyd /usr/local/bin/bootyd
+COPY --from=build /out/bootyd /out/bootyctl /usr/local/bin/
 COPY --from=build /out/vmlinuz /out/initramfs.img /srv/booty/files/
 EXPOSE 8443
 ENTRYPOINT ["/usr/local/bin/bootyd"]

@@ -14,7 +14,7 @@ DEMO     := $(OUT)/demo
 # installed). Set DEPS= to skip it, e.g. in the Dockerfile.
 DEPS     ?= deps
 
-.PHONY: help deps build initramfs iso demo-image debian-image demo test vet unit e2e bench bench-boot bench-serve clean
+.PHONY: help deps build initramfs iso demo-image debian-image demo test vet unit e2e bench bench-boot bench-serve bench-fleet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -25,10 +25,11 @@ help: ## list targets
 deps: ## install build and test dependencies (apt-get; needs root)
 	bash hack/deps.sh
 
-build: ## static binaries out/booty and out/bootyd
+build: ## static binaries out/booty, out/bootyd and out/bootyctl (the operator's CLI)
 	@mkdir -p $(OUT)
 	$(GOBUILD) -o $(OUT)/booty ./cmd/booty
 	$(GOBUILD) -o $(OUT)/bootyd ./cmd/bootyd
+	$(GOBUILD) -o $(OUT)/bootyctl ./cmd/bootyctl
 
 initramfs: $(DEPS) build ## out/vmlinuz and out/initramfs.img (booty as /init, modules for KVER)
 	@test -n "$(KVER)" || { echo "no kernel in /boot: run 'make deps' (installs linux-image-amd64) or set KVER" >&2; exit 1; }
@@ -73,6 +74,9 @@ bench-boot: $(DEPS) initramfs demo-image ## out/bench/boot.md: the demo's boot p
 
 bench-serve: $(DEPS) build ## out/bench/serve.md: bootyd vs nginx, 50 Range clients then 50 agents at once, a few minutes (docs/bench.md)
 	go run ./hack/benchserve --bootyd $(OUT)/bootyd --out $(OUT)/bench $(BENCHSERVEFLAGS)
+
+bench-fleet: $(DEPS) build ## out/bench/fleet.md: bootyd under 10,000 simulated agents, SQLite and two replicas on PostgreSQL, then growing fleets (docs/bench.md)
+	go run ./hack/benchfleet --bootyd $(OUT)/bootyd --out $(OUT)/bench $(BENCHFLEETFLAGS)
 
 .PHONY: bench-image
 bench-image: ## the bench images (4 GiB sparse GPT, 1 GiB dense), built once, cached in BOOTY_CACHE (default /var/cache/booty)

@@ -79,7 +79,7 @@ func PostgresDSN(t testing.TB) string {
 // code for os.Exit. Under CI (CI=true) a PostgreSQL that cannot start fails
 // the run.
 func Main(m *testing.M) int {
-	p, err := startPostgres()
+	p, err := startPostgres(false)
 	if err != nil {
 		if ci() {
 			fmt.Fprintf(os.Stderr, "bmdbtest: FAIL: PostgreSQL is required under CI: %v\n", err)
@@ -129,7 +129,10 @@ func binDir() (string, error) {
 	return "", errors.New("no initdb in $BMDB_PG_BIN or /usr/lib/postgresql/*/bin (install Debian's postgresql package: hack/deps.sh)")
 }
 
-func startPostgres() (*postgres, error) {
+// startPostgres starts a server for this process. durable keeps
+// PostgreSQL's fsync and synchronous commit (a benchmark measuring what
+// production pays); tests run without them.
+func startPostgres(durable bool) (*postgres, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -154,11 +157,11 @@ func startPostgres() (*postgres, error) {
 	if out, err := p.run(60*time.Second, "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	opts := strings.Join([]string{
-		"-k", dir, "-c", "listen_addresses=", "-p", "5432",
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=300", "-c", "shared_buffers=64MB",
-	}, " ")
+	args := []string{"-k", dir, "-c", "listen_addresses=", "-p", "5432", "-c", "max_connections=300", "-c", "shared_buffers=64MB"}
+	if !durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	opts := strings.Join(args, " ")
 	if out, err := p.run(90*time.Second, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
 		return nil, fmt.Errorf("pg_ctl start: %w: %s\nserver log:\n%s", err, out, log)
@@ -264,3 +267,46 @@ func (p *postgres) newDatabase(t testing.TB) string {
 	})
 	return p.dsn(name)
 }
+
+// Server is a PostgreSQL started for a program that is not a test (the
+// fleet benchmark, hack/benchfleet): the same server Main starts, on a unix
+// socket in a temp dir, stopped by Stop or, should the program die first,
+// by a watchdog.
+type Server struct{ p *postgres }
+
+// Start starts PostgreSQL (see the package comment for where its binaries
+// come from). durable keeps fsync and synchronous commit on, as a
+// production server runs; the tests run without them.
+func Start(durable bool) (*Server, error) {
+	p, err := startPostgres(durable)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{p: p}, nil
+}
+
+// CreateDatabase creates the empty database name (lower-case letters,
+// digits, underscores) and returns its DSN.
+func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error) {
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
+			return "", fmt.Errorf("create database %q: want lower-case letters, digits and underscores", name)
+		}
+	}
+	if _, err := s.p.admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return s.p.dsn(name), nil
+}
+
+// DatabaseSize returns the bytes database name takes on disk.
+func (s *Server) DatabaseSize(ctx context.Context, name string) (int64, error) {
+	var n int64
+	if err := s.p.admin.QueryRowContext(ctx, "SELECT pg_database_size($1)", name).Scan(&n); err != nil {
+		return 0, fmt.Errorf("size of database %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// Stop stops the server and removes its directory.
+func (s *Server) Stop() { s.p.stop() }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/booty-dev/booty/pkg/initsys"
 )
 
 // command is one CLI subcommand. Each lives in its own cmd_*.go file and
@@ -22,6 +24,14 @@ var commands = map[string]command{}
 func register(c command) { commands[c.name] = c }
 
 func main() {
+	if filepath.Base(os.Args[0]) == "modprobe" {
+		// The kernel's on-demand module helper (initsys.ModprobePath).
+		kmsg, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0)
+		if err != nil {
+			kmsg = os.Stderr
+		}
+		os.Exit(initsys.Modprobe(os.Args[1:], kmsg))
+	}
 	if os.Getpid() == 1 || filepath.Base(os.Args[0]) == "init" {
 		os.Exit(runAgent(os.Args[1:]))
 	}

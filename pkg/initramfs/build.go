@@ -142,6 +142,14 @@ func Build(opts Options) (*Result, error) {
 	if err := files.AddFile(opts.Init, "init"); err != nil {
 		return nil, fmt.Errorf("build initramfs: add init: %w", err)
 	}
+	// The kernel runs /sbin/modprobe (booty, by its name) to load the
+	// modules it needs on demand: filesystems at mount, code pages, bond
+	// and VLAN links.
+	for _, r := range []cpio.Record{cpio.Directory("sbin", 0o755), cpio.Symlink("sbin/modprobe", "/init")} {
+		if err := files.AddRecord(r); err != nil {
+			return nil, fmt.Errorf("build initramfs: %w", err)
+		}
+	}
 
 	if opts.Modules != nil {
 		if err := addModules(files, opts, res, log); err != nil {

@@ -195,6 +195,9 @@ func TestBuild(t *testing.T) {
 					t.Errorf("directory %s missing", d)
 				}
 			}
+			if m := recs["sbin/modprobe"]; m.Mode&cpio.S_IFMT != cpio.S_IFLNK || content(t, m) != "/init" {
+				t.Errorf("sbin/modprobe is not a link to /init (the kernel's module helper): %+v", m.Info)
+			}
 			if recs["tmp"].Mode&0o7777 != 0o1777 {
 				t.Errorf("tmp mode %o", recs["tmp"].Mode&0o7777)
 			}

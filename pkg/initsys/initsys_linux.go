@@ -77,7 +77,7 @@ type Options struct {
 	// NoColdplug skips module loading entirely.
 	NoColdplug bool
 	// ColdplugPasses bounds the scan-and-load rounds (default 6);
-	// ColdplugSettle is the pause between rounds for drivers that probe
+	// ColdplugSettle bounds the wait after a round for drivers that probe
 	// asynchronously (default 300ms).
 	ColdplugPasses int
 	ColdplugSettle time.Duration
@@ -183,6 +183,7 @@ func Bringup(opts Options) (*System, error) {
 	}
 
 	if !opts.NoColdplug {
+		s.setModprobePath()
 		s.loadModules()
 	}
 
@@ -266,10 +267,12 @@ func (s *System) loadModules() {
 }
 
 // Coldplug scans /sys for device modaliases and loads every module whose
-// alias matches, repeating (up to Options.ColdplugPasses rounds, pausing
-// ColdplugSettle between them) while a round loads something new, because
-// a bus driver (virtio_pci, xhci) exposes devices that need further
-// drivers. It returns the modules loaded; module failures are logged and
+// alias matches, repeating (up to Options.ColdplugPasses rounds) while a
+// round loads something new, because a bus driver (virtio_pci, xhci)
+// exposes devices that need further drivers. After a round it polls the
+// devices of every bus: the next round starts as soon as new devices show
+// up, and none is run when none showed up within ColdplugSettle (no fixed
+// pause). It returns the modules loaded; module failures are logged and
 // returned joined, the remaining modules are still loaded.
 func (s *System) Coldplug() ([]string, error) {
 	if s.Modules == nil {
@@ -282,6 +285,7 @@ func (s *System) Coldplug() ([]string, error) {
 		passes = 1
 	}
 	for pass := 1; pass <= passes; pass++ {
+		devices := s.busDevices()
 		aliases, err := ScanModaliases(s.path("/sys"))
 		if err != nil {
 			return all, fmt.Errorf("coldplug: %w", err)
@@ -309,12 +313,44 @@ func (s *System) Coldplug() ([]string, error) {
 		if len(loaded) == 0 {
 			break
 		}
-		if pass < passes && s.opts.ColdplugSettle > 0 {
-			time.Sleep(s.opts.ColdplugSettle)
+		if pass < passes && !s.waitNewDevices(devices, s.opts.ColdplugSettle) {
+			break
 		}
 	}
 	return all, errors.Join(errs...)
 }
+
+// busDevices counts the devices of every bus (/sys/bus/*/devices): every
+// device with a modalias is on one, so a new device changes the count.
+func (s *System) busDevices() int {
+	dirs, _ := filepath.Glob(s.path("/sys/bus/*/devices"))
+	n := 0
+	for _, d := range dirs {
+		es, _ := os.ReadDir(d)
+		n += len(es)
+	}
+	return n
+}
+
+// waitNewDevices polls busDevices every settlePoll until it differs from
+// before (true: new devices, give drivers a poll more to publish their
+// modaliases) or settle passes (false).
+func (s *System) waitNewDevices(before int, settle time.Duration) bool {
+	deadline := time.Now().Add(settle)
+	for {
+		if s.busDevices() != before {
+			time.Sleep(settlePoll)
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(settlePoll)
+	}
+}
+
+// settlePoll is how often waitNewDevices looks.
+const settlePoll = 20 * time.Millisecond
 
 // unmountDisks unmounts, newest first, every mounted filesystem whose
 // source is a block device under /dev, so journals are clean before the

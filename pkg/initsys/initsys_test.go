@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -103,15 +104,22 @@ func TestBringup(t *testing.T) {
 	root := fakeMachine(t)
 	rec := &recorder{}
 	// Loading the virtio PCI driver makes the virtio device visible, as
-	// the kernel does; coldplug must notice it on its next pass.
+	// the kernel does (its modalias, and its entry on the virtio bus);
+	// coldplug must notice it and run another pass.
 	rec.onInit = func(name string) {
 		if name == "virtio_pci" {
 			writeFiles(t, root, map[string]string{
 				"sys/devices/pci0000:00/0000:00:04.0/virtio0/modalias": "virtio:d00000002v00001AF4\n",
 			})
+			if err := os.MkdirAll(filepath.Join(root, "sys/bus/virtio/devices"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("../../../devices/pci0000:00/0000:00:04.0/virtio0", filepath.Join(root, "sys/bus/virtio/devices/virtio0")); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	s, err := Bringup(Options{Root: root, Sys: rec.sys(root), NoReaper: true, ColdplugSettle: 1})
+	s, err := Bringup(Options{Root: root, Sys: rec.sys(root), NoReaper: true, ColdplugSettle: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // configureSetup applies opts.Setup (see Configure) and returns the result
@@ -198,38 +199,66 @@ func names(s *Setup) []string {
 // ensureBond creates the bond (or reuses one of that name) and enslaves
 // its interfaces, each set down first as the kernel requires.
 func ensureBond(h *netlink.Handle, b Bond, links map[string]netlink.Link) (netlink.Link, error) {
-	if l, err := h.LinkByName(b.Name); err == nil {
-		// Loading the bonding module creates an unconfigured bond0, and
-		// a bond's mode cannot change once it has slaves: start afresh.
-		if _, ok := l.(*netlink.Bond); !ok {
-			return nil, fmt.Errorf("create bond %s: a %s link of that name exists", b.Name, l.Type())
+	// Loading the bonding module creates an unconfigured bond0, and a
+	// bond's mode cannot change once it has slaves: start afresh. When the
+	// kernel loads the module on demand (its modprobe is booty), that
+	// bond0 appears during the creation itself, which then fails with
+	// EEXIST: remove it and create the bond once more.
+	for attempt := 1; ; attempt++ {
+		if err := removeBond(h, b.Name); err != nil {
+			return nil, err
 		}
-		if err := h.LinkDel(l); err != nil {
-			return nil, fmt.Errorf("replace bond %s: %w", b.Name, err)
+		err := addBond(h, b, links)
+		if err == nil {
+			break
 		}
-	}
-	{
-		nb := netlink.NewLinkBond(netlink.LinkAttrs{Name: b.Name})
-		nb.Mode = netlink.StringToBondMode(string(b.Mode))
-		nb.Miimon = b.MIIMon
-		if nb.Miimon == 0 {
-			nb.Miimon = DefaultMIIMon
-		}
-		if b.LACPRate != "" {
-			nb.LacpRate = netlink.StringToBondLacpRate(b.LACPRate)
-		}
-		if b.XmitHashPolicy != "" {
-			nb.XmitHashPolicy = netlink.StringToBondXmitHashPolicy(b.XmitHashPolicy)
-		}
-		if b.Primary != "" {
-			// The kernel keeps the primary's name and makes it the active
-			// slave once it is enslaved below.
-			nb.Primary = links[b.Primary].Attrs().Index
-		}
-		if err := h.LinkAdd(nb); err != nil {
+		if !errors.Is(err, unix.EEXIST) || attempt == 2 {
 			return nil, fmt.Errorf("create bond %s: %w", b.Name, err)
 		}
 	}
+	return enslave(h, b, links)
+}
+
+// removeBond deletes the bond named name, if there is one; another kind of
+// link of that name is an error.
+func removeBond(h *netlink.Handle, name string) error {
+	l, err := h.LinkByName(name)
+	if err != nil {
+		return nil
+	}
+	if _, ok := l.(*netlink.Bond); !ok {
+		return fmt.Errorf("create bond %s: a %s link of that name exists", name, l.Type())
+	}
+	if err := h.LinkDel(l); err != nil {
+		return fmt.Errorf("replace bond %s: %w", name, err)
+	}
+	return nil
+}
+
+// addBond creates the bond with its mode and options.
+func addBond(h *netlink.Handle, b Bond, links map[string]netlink.Link) error {
+	nb := netlink.NewLinkBond(netlink.LinkAttrs{Name: b.Name})
+	nb.Mode = netlink.StringToBondMode(string(b.Mode))
+	nb.Miimon = b.MIIMon
+	if nb.Miimon == 0 {
+		nb.Miimon = DefaultMIIMon
+	}
+	if b.LACPRate != "" {
+		nb.LacpRate = netlink.StringToBondLacpRate(b.LACPRate)
+	}
+	if b.XmitHashPolicy != "" {
+		nb.XmitHashPolicy = netlink.StringToBondXmitHashPolicy(b.XmitHashPolicy)
+	}
+	if b.Primary != "" {
+		// The kernel keeps the primary's name and makes it the active
+		// slave once it is enslaved below.
+		nb.Primary = links[b.Primary].Attrs().Index
+	}
+	return h.LinkAdd(nb)
+}
+
+// enslave makes the bond's interfaces its slaves.
+func enslave(h *netlink.Handle, b Bond, links map[string]netlink.Link) (netlink.Link, error) {
 	bl, err := h.LinkByName(b.Name)
 	if err != nil {
 		return nil, fmt.Errorf("find bond %s: %w", b.Name, err)

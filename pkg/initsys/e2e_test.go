@@ -137,7 +137,7 @@ func TestBootQEMU(t *testing.T) {
 			got = append(got, l[i:])
 		}
 	}
-	for _, want := range []string{"TESTINIT module virtio_pci", "TESTINIT module virtio_blk", "TESTINIT module virtio_net", "TESTINIT module ext4", "TESTINIT block vda", "TESTINIT net eth0"} {
+	for _, want := range []string{"TESTINIT module virtio_pci", "TESTINIT module virtio_blk", "TESTINIT module virtio_net", "TESTINIT ondemand ext4", "TESTINIT block vda", "TESTINIT net eth0"} {
 		found := false
 		for _, g := range got {
 			if g == want {

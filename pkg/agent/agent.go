@@ -19,6 +19,7 @@ import (
 	"github.com/booty-dev/booty/pkg/initsys"
 	"github.com/booty-dev/booty/pkg/inventory"
 	"github.com/booty-dev/booty/pkg/network"
+	"github.com/booty-dev/booty/pkg/provider"
 	"github.com/booty-dev/booty/pkg/provision"
 	"github.com/booty-dev/booty/pkg/redact"
 )
@@ -52,14 +53,14 @@ type Pipeline interface {
 // the real implementations and tests replace them.
 type Agent struct {
 	Log     *slog.Logger
-	Cmdline config.Cmdline
+	Cmdline provider.Cmdline
 
 	ConfigureNetwork func(ctx context.Context, opts network.Options) (*network.Result, error)
-	LoadConfig       func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
+	LoadConfig       func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error)
 	NewPipeline      func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Pipeline
 	// LoadLocalConfig asks the providers that need no network (config
 	// drive, /deploy) before the network is up; nil skips that.
-	LoadLocalConfig func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error)
+	LoadLocalConfig func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error)
 	// Random is the kernel's random pool, waited for (bounded) before the
 	// first TLS connection; nil does not wait.
 	Random *entropy.Pool
@@ -75,7 +76,7 @@ func New(sys *initsys.System) *Agent {
 	a := &Agent{
 		// No URL secret (user info, query) reaches the console, whoever logs it.
 		Log:              slog.New(redact.NewHandler(slog.NewTextHandler(sys.Console, nil))),
-		Cmdline:          config.ParseCmdline(sys.Cmdline.Raw),
+		Cmdline:          provider.ParseCmdline(sys.Cmdline.Raw),
 		ConfigureNetwork: network.Configure,
 		Random:           &entropy.Pool{},
 		Sleep: func(ctx context.Context, d time.Duration) {
@@ -91,19 +92,19 @@ func New(sys *initsys.System) *Agent {
 	inv := inventory.NewCollector()
 	inv.LLDPWait = InventoryLLDPWait
 	inv.Log = a.Log
-	a.LoadConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
-		return config.LoadChain(ctx, a.Log, config.ProvidersFromCmdline(cl, config.WithLogger(a.Log), config.WithHardware(inv.Collect))...)
+	a.LoadConfig = func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
+		return provider.LoadChain(ctx, a.Log, provider.ProvidersFromCmdline(cl, provider.WithLogger(a.Log), provider.WithHardware(inv.Collect))...)
 	}
-	a.LoadLocalConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
-		return config.LoadChain(ctx, a.Log, config.LocalProviders(config.WithLogger(a.Log),
-			config.WithInsecureHTTP(cl.Flag(config.CmdlineInsecureHTTP)))...)
+	a.LoadLocalConfig = func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
+		return provider.LoadChain(ctx, a.Log, provider.LocalProviders(provider.WithLogger(a.Log),
+			provider.WithInsecureHTTP(cl.Flag(provider.CmdlineInsecureHTTP)))...)
 	}
 	a.NewPipeline = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Pipeline {
 		dm := disk.NewManager()
 		dm.BootDevices = bootDevices(log)
 		o := provision.NewOrchestrator(cfg, p, dm)
 		o.SetLogger(log)
-		o.SetAllowHTTP(a.Cmdline.Flag(config.CmdlineInsecureHTTP))
+		o.SetAllowHTTP(a.Cmdline.Flag(provider.CmdlineInsecureHTTP))
 		provision.SetDebugLogger(log)
 		return o
 	}
@@ -119,15 +120,15 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	ctx, endRun := context.WithCancel(ctx) // ends DHCP lease renewal with the run
 	defer endRun()
 	hold := a.Cmdline.HoldRequested()
-	if a.Cmdline.Flag(config.CmdlineInsecureHTTP) {
-		a.Log.Warn("plain HTTP allowed by " + config.CmdlineInsecureHTTP + ": configs, images and the machine token may travel unencrypted")
+	if a.Cmdline.Flag(provider.CmdlineInsecureHTTP) {
+		a.Log.Warn("plain HTTP allowed by " + provider.CmdlineInsecureHTTP + ": configs, images and the machine token may travel unencrypted")
 	}
 	if a.Random != nil {
 		s := a.Random.Sources()
 		a.Log.Info("random number sources", "rdrand", s.RDRAND, "hwrng", s.HWRNG, "crng_ready", s.Ready)
 	}
 
-	cfg, provider := a.localConfig(ctx)
+	cfg, prov := a.localConfig(ctx)
 	netRes, netErr := a.network(ctx, cfg)
 	if netErr != nil {
 		// Not fatal: a config drive or /deploy still works without network.
@@ -142,14 +143,14 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	}
 	if cfg == nil {
 		timeout := ConfigTimeout
-		if srv, ok := a.Cmdline.Get(config.CmdlineServer); ok && srv != "" {
+		if srv, ok := a.Cmdline.Get(provider.CmdlineServer); ok && srv != "" {
 			timeout = StandbyTimeout // an enrolled agent waits for its command
 		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		var err error
-		cfg, provider, err = a.LoadConfig(cctx, a.Cmdline)
+		cfg, prov, err = a.LoadConfig(cctx, a.Cmdline)
 		cancel()
-		var ch *config.CommandHandoff
+		var ch *provider.CommandHandoff
 		if errors.As(err, &ch) {
 			a.Log.Info("bootyd asked for a handoff", "command", ch.Kind)
 			if ch.Kind == api.CommandPowerOff {
@@ -167,10 +168,10 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		}
 	}
 
-	provider = a.withReporter(cfg, provider, netRes)
+	prov = a.withReporter(cfg, prov, netRes)
 	log := a.Log
 	var ship *logShipper
-	if lr, ok := provider.(config.LogReporter); ok {
+	if lr, ok := prov.(provider.LogReporter); ok {
 		ship = newLogShipper(lr, a.Log.Handler())
 		log = slog.New(redact.NewHandler(ship)) // what is shipped is redacted too
 		defer ship.Close()
@@ -186,7 +187,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		}
 	}
 
-	r := a.NewPipeline(cfg, provider, log)
+	r := a.NewPipeline(cfg, prov, log)
 	rctx, cancel := context.WithTimeout(ctx, RunTimeout)
 	defer cancel()
 	var err error
@@ -201,7 +202,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		if ship != nil {
 			ship.Close()
 		}
-		a.completeCommand(ctx, provider, err)
+		a.completeCommand(ctx, prov, err)
 		return a.failure(ctx, cfg, hold, provision.FailedStep(err))
 	}
 	h := Decide(cfg, r.FirmwareChanged(), r.Kexec())
@@ -214,7 +215,7 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	if ship != nil {
 		ship.Close()
 	}
-	a.completeCommand(ctx, provider, nil)
+	a.completeCommand(ctx, prov, nil)
 	return h
 }
 
@@ -267,7 +268,7 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 // bootDevices lists the devices that carry a config drive (virtual media):
 // they are never chosen as the target, even when unmounted.
 func bootDevices(log *slog.Logger) []string {
-	drives, err := (&config.ConfigDriveProvider{Log: log}).Find()
+	drives, err := (&provider.ConfigDriveProvider{Log: log}).Find()
 	if err != nil {
 		log.Warn("cannot look for config drives to protect them", "error", err)
 		return nil
@@ -282,7 +283,7 @@ func bootDevices(log *slog.Logger) []string {
 // withReporter makes sure reports reach bootyd when the config names a
 // server but came from a provider that cannot report (a URL, config drive).
 func (a *Agent) withReporter(cfg *config.MachineConfig, p config.Provider, netRes *network.Result) config.Provider {
-	if _, ok := p.(config.StatusReporter); ok || cfg.Server.URL == "" {
+	if _, ok := p.(provider.StatusReporter); ok || cfg.Server.URL == "" {
 		return p
 	}
 	mac := ""
@@ -293,7 +294,7 @@ func (a *Agent) withReporter(cfg *config.MachineConfig, p config.Provider, netRe
 		a.Log.Warn("config names a server but no MAC is known to report as; reports disabled")
 		return p
 	}
-	r, err := config.NewServerReporter(cfg.Server, mac, a.Cmdline.Flag(config.CmdlineInsecureHTTP))
+	r, err := provider.NewServerReporter(cfg.Server, mac, a.Cmdline.Flag(provider.CmdlineInsecureHTTP))
 	if err != nil {
 		a.Log.Warn("cannot report to the config's server", "error", err)
 		return p
@@ -303,7 +304,7 @@ func (a *Agent) withReporter(cfg *config.MachineConfig, p config.Provider, netRe
 
 type reportingProvider struct {
 	config.Provider
-	*config.ServerProvider
+	*provider.ServerProvider
 }
 
 func (r reportingProvider) Name() string { return r.Provider.Name() }

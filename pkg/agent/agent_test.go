@@ -15,6 +15,7 @@ import (
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/initsys"
 	"github.com/booty-dev/booty/pkg/network"
+	"github.com/booty-dev/booty/pkg/provider"
 	"github.com/booty-dev/booty/pkg/provision"
 )
 
@@ -57,12 +58,12 @@ func testAgent(t *testing.T, cmdline string, cfg *config.MachineConfig, loadErr 
 	var slept []time.Duration
 	a := &Agent{
 		Log:     slog.New(slog.NewTextHandler(&out, nil)),
-		Cmdline: config.ParseCmdline(cmdline),
+		Cmdline: provider.ParseCmdline(cmdline),
 		ConfigureNetwork: func(context.Context, network.Options) (*network.Result, error) {
 			return &network.Result{Method: network.MethodDHCP, Interface: "eth0", MAC: "52:54:00:12:34:56",
 				Address: netip.MustParsePrefix("10.0.2.15/24")}, nil
 		},
-		LoadConfig: func(context.Context, config.Cmdline) (*config.MachineConfig, config.Provider, error) {
+		LoadConfig: func(context.Context, provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
 			return cfg, sink, loadErr
 		},
 		NewPipeline: func(_ *config.MachineConfig, _ config.Provider, log *slog.Logger) Pipeline {

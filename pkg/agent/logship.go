@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
-	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/provider"
 	"github.com/booty-dev/booty/pkg/safego"
 )
 
@@ -29,7 +29,7 @@ type logShipper struct {
 }
 
 type shipQueue struct {
-	r       config.LogReporter
+	r       provider.LogReporter
 	console slog.Handler
 	mu      sync.Mutex
 	pending []api.LogLine
@@ -40,7 +40,7 @@ type shipQueue struct {
 	closed  chan struct{}
 }
 
-func newLogShipper(r config.LogReporter, console slog.Handler) *logShipper {
+func newLogShipper(r provider.LogReporter, console slog.Handler) *logShipper {
 	q := &shipQueue{r: r, console: console, wake: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{})}
 	go q.loop()
 	return &logShipper{next: console, q: q}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/network"
+	"github.com/booty-dev/booty/pkg/provider"
 )
 
 // Sources of a netPlan, as logged.
@@ -42,8 +43,8 @@ type netPlan struct {
 //  3. else DHCP on every link with carrier.
 //
 // A bad ip= or network: is an error naming it, and no plan.
-func planNetwork(cl config.Cmdline, local *config.MachineConfig) (netPlan, error) {
-	if v, ok := cl.Get(config.CmdlineIP); ok {
+func planNetwork(cl provider.Cmdline, local *config.MachineConfig) (netPlan, error) {
+	if v, ok := cl.Get(provider.CmdlineIP); ok {
 		sc, err := network.ParseIPParam(v)
 		if err != nil {
 			return netPlan{}, fmt.Errorf("kernel parameter ip=%s: %w", v, err)
@@ -99,7 +100,7 @@ func (a *Agent) localConfig(ctx context.Context) (*config.MachineConfig, config.
 	if a.LoadLocalConfig == nil {
 		return nil, nil
 	}
-	if src, ok := a.Cmdline.Get(config.CmdlineConfig); ok && src != "" {
+	if src, ok := a.Cmdline.Get(provider.CmdlineConfig); ok && src != "" {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, ConfigTimeout)

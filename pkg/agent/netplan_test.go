@@ -14,6 +14,7 @@ import (
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/initsys"
 	"github.com/booty-dev/booty/pkg/network"
+	"github.com/booty-dev/booty/pkg/provider"
 )
 
 func TestPlanNetwork(t *testing.T) {
@@ -49,7 +50,7 @@ func TestPlanNetwork(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := planNetwork(config.ParseCmdline(tt.cmdline), tt.local)
+			p, err := planNetwork(provider.ParseCmdline(tt.cmdline), tt.local)
 			if tt.err {
 				if err == nil {
 					t.Fatalf("plan = %+v, want an error", p)
@@ -115,7 +116,7 @@ func TestRunAppliesLocalStaticNetwork(t *testing.T) {
 				return &network.Result{Method: network.MethodStatic, Interface: "eth0", MAC: "52:54:00:12:34:56", Address: o.Static.Address}, nil
 			}
 			localAsked, chainAsked := false, false
-			a.LoadLocalConfig = func(context.Context, config.Cmdline) (*config.MachineConfig, config.Provider, error) {
+			a.LoadLocalConfig = func(context.Context, provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
 				localAsked = true
 				if tt.localErr != nil {
 					return nil, nil, tt.localErr
@@ -123,7 +124,7 @@ func TestRunAppliesLocalStaticNetwork(t *testing.T) {
 				return local, &logSink{}, nil
 			}
 			load := a.LoadConfig
-			a.LoadConfig = func(ctx context.Context, cl config.Cmdline) (*config.MachineConfig, config.Provider, error) {
+			a.LoadConfig = func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
 				chainAsked = true
 				return load(ctx, cl)
 			}
@@ -168,15 +169,15 @@ export STATIC_IFACE="eno1"
 	if err := os.WriteFile(filepath.Join(deploy, "vars"), []byte(vars), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, p, err := config.LoadChain(t.Context(), nil,
-		config.LocalProviders(config.WithDeployDir(deploy), config.WithSysRoot(t.TempDir()))...)
+	cfg, p, err := provider.LoadChain(t.Context(), nil,
+		provider.LocalProviders(provider.WithDeployDir(deploy), provider.WithSysRoot(t.TempDir()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(p.Name(), "deploy dir") {
 		t.Fatalf("config from %s, want the deploy dir", p.Name())
 	}
-	plan, err := planNetwork(config.ParseCmdline("console=ttyS0"), cfg)
+	plan, err := planNetwork(provider.ParseCmdline("console=ttyS0"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestPlanNetworkSetup(t *testing.T) {
 			Links: []config.LinkSpec{{Name: "bond0.42", DHCP4: true}},
 		}
 	})
-	p, err := planNetwork(config.ParseCmdline(""), bonded)
+	p, err := planNetwork(provider.ParseCmdline(""), bonded)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,13 +214,13 @@ func TestPlanNetworkSetup(t *testing.T) {
 	}
 
 	// The kernel's ip= still wins over a setup.
-	if p, err := planNetwork(config.ParseCmdline("ip=dhcp"), bonded); err != nil || p.Setup != nil {
+	if p, err := planNetwork(provider.ParseCmdline("ip=dhcp"), bonded); err != nil || p.Setup != nil {
 		t.Errorf("with ip=dhcp: plan %+v, %v; want no setup", p, err)
 	}
 
 	broken := bonded.Clone()
 	broken.Network.Bonds[0].Mode = "round-robin"
-	if _, err := planNetwork(config.ParseCmdline(""), broken); err == nil || !strings.Contains(err.Error(), "network.bonds[0].mode") {
+	if _, err := planNetwork(provider.ParseCmdline(""), broken); err == nil || !strings.Contains(err.Error(), "network.bonds[0].mode") {
 		t.Errorf("broken bond: err %v, want one naming network.bonds[0].mode", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/provider"
 )
 
 // needsTLS returns what of these URLs will be fetched over TLS (https://,
@@ -36,9 +37,9 @@ func configNeedsTLS(cfg *config.MachineConfig) string {
 }
 
 // cmdlineNeedsTLS is needsTLS of the config sources on the kernel command line.
-func cmdlineNeedsTLS(cl config.Cmdline) string {
-	src, _ := cl.Get(config.CmdlineConfig)
-	srv, _ := cl.Get(config.CmdlineServer)
+func cmdlineNeedsTLS(cl provider.Cmdline) string {
+	src, _ := cl.Get(provider.CmdlineConfig)
+	srv, _ := cl.Get(provider.CmdlineServer)
 	return needsTLS(src, srv)
 }
 

@@ -1,6 +1,8 @@
-// Package config defines booty's MachineConfig, its strict decoding and
-// validation, and the providers that fetch it (kernel command line URL, config
-// drive, /deploy in the initramfs, bootyd by MAC).
+// Package config defines booty's MachineConfig: its schema, strict decoding,
+// validation (each value through the parser of the package that consumes
+// it) and redaction, telekom BOOTy's /deploy/vars as a second input
+// format, and the Provider interface. The providers themselves, the chain
+// and their HTTP client are in pkg/provider.
 package config
 
 import (

@@ -12,6 +12,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// MaxConfigSize bounds a config, whatever provider read it.
+const MaxConfigSize = 4 << 20
+
 // Parse decodes a MachineConfig from YAML or JSON (JSON is YAML), applies the
 // defaults and validates it.
 //

@@ -108,7 +108,7 @@ func (c *MachineConfig) validate() []problem {
 		add("image", "checksum or imageChecksum is required in mode provision: booty never leaves an unverified image bootable")
 	}
 	if c.Image.BmapURL != "" {
-		if err := checkURL(c.Image.BmapURL, image.BmapSchemes...); err != "" {
+		if err := CheckURL(c.Image.BmapURL, image.BmapSchemes...); err != "" {
 			add("image.bmapUrl", "%s", err)
 		}
 	}
@@ -198,7 +198,7 @@ func (c *MachineConfig) validate() []problem {
 
 	// server
 	if c.Server.URL != "" {
-		if err := checkURL(c.Server.URL, "http", "https"); err != "" {
+		if err := CheckURL(c.Server.URL, "http", "https"); err != "" {
 			add("server.url", "%s", err)
 		}
 	}
@@ -295,9 +295,9 @@ func checkImageURL(s string) string {
 	return ""
 }
 
-// checkURL returns why s is not an absolute URL with one of schemes, or
+// CheckURL returns why s is not an absolute URL with one of schemes, or
 // "": httpfetch.ParseURL, the grammar every fetch of the agent uses.
-func checkURL(s string, schemes ...string) string {
+func CheckURL(s string, schemes ...string) string {
 	if _, err := httpfetch.ParseURL(s, schemes...); err != nil {
 		return strings.TrimSuffix(err.Error(), ": "+httpfetch.ErrBadURL.Error())
 	}

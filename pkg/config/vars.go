@@ -222,7 +222,7 @@ func ParseVars(data []byte) (*MachineConfig, *VarsEndpoints, error) {
 		{"LOG_URL", ep.LogURL}, {"DEBUG_URL", ep.DebugURL}, {"HEARTBEAT_URL", ep.HeartbeatURL},
 	} {
 		if f.u != "" {
-			if msg := checkURL(f.u, "http", "https"); msg != "" {
+			if msg := CheckURL(f.u, "http", "https"); msg != "" {
 				ps = append(ps, problem{f.key, msg})
 			}
 		}

@@ -2,38 +2,21 @@ package config
 
 import (
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
 )
 
-const sampleVars = `# written by CAPRF
-export IMAGE="http://192.0.2.1/images/ubuntu.img.gz"
-export IMAGE_CHECKSUM="0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-export IMAGE_CHECKSUM_TYPE="sha256"
-export HOSTNAME="worker-7"
-export TOKEN="caprf-secret-token"
-export MODE="provision"
-export PROVIDER_ID="metal://cluster/worker-7"
-export INIT_URL="http://192.0.2.1/status/init"
-export SUCCESS_URL="http://192.0.2.1/status/success"
-export ERROR_URL="http://192.0.2.1/status/error"
-export LOG_URL="http://192.0.2.1/log"
-export DEBUG_URL="http://192.0.2.1/debug"
-export DISK_DEVICE="/dev/nvme0n1"
-export MACHINE_EXTRA_KERNEL_PARAMS="console=ttyS1 quiet"
-export POST_PROVISION_CMDS="touch /etc/a; systemctl enable x ;"
-export NUM_VFS="8"
-export SECURE_ERASE="true"
-export DISABLE_KEXEC="yes"
-export dns_resolver="192.0.2.53,192.0.2.54"
-export STATIC_IP="192.0.2.20/24"
-export STATIC_GATEWAY="192.0.2.1"
-export STATIC_IFACE="eno1"
-export asn_server="65000"
-FAILURE_DOMAIN=rack-3 # a comment
-export REGION='eu "west"'
-`
+// sampleVars is what CAPRF writes to /deploy/vars (the provider's tests
+// read the same file).
+var sampleVars = func() string {
+	b, err := os.ReadFile("testdata/vars/sample.vars")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 func TestParseVars(t *testing.T) {
 	cfg, ep, err := ParseVars([]byte(sampleVars))

@@ -15,6 +15,7 @@ import (
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/health"
 	"github.com/booty-dev/booty/pkg/image"
+	"github.com/booty-dev/booty/pkg/provider"
 )
 
 // healthProvider is a recordingProvider that is also a HealthReporter.
@@ -157,4 +158,4 @@ func TestHealthCheckInPlanOnlyWithSection(t *testing.T) {
 }
 
 // bootyd's provider reports health results.
-var _ HealthReporter = (*config.ServerProvider)(nil)
+var _ HealthReporter = (*provider.ServerProvider)(nil)

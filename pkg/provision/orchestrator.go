@@ -15,6 +15,7 @@ import (
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/health"
 	"github.com/booty-dev/booty/pkg/image"
+	"github.com/booty-dev/booty/pkg/provider"
 )
 
 // reportTimeout bounds every report to the provider so a dead server cannot
@@ -258,7 +259,7 @@ func (o *Orchestrator) takeDetail() map[string]string {
 }
 
 func (o *Orchestrator) reportStatus(ctx context.Context, r api.StatusReport) {
-	sr, ok := o.provider.(config.StatusReporter)
+	sr, ok := o.provider.(provider.StatusReporter)
 	if !ok || sr == nil {
 		return
 	}
@@ -273,7 +274,7 @@ func (o *Orchestrator) reportStatus(ctx context.Context, r api.StatusReport) {
 }
 
 func (o *Orchestrator) reportProgress(ctx context.Context, p api.ProgressReport) {
-	pr, ok := o.provider.(config.ProgressReporter)
+	pr, ok := o.provider.(provider.ProgressReporter)
 	if !ok || pr == nil {
 		return
 	}

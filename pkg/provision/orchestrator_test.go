@@ -257,8 +257,10 @@ func TestProvisionWithoutReporterCapabilities(t *testing.T) {
 
 type loadOnly struct{}
 
-func (loadOnly) Name() string                                        { return "load-only" }
-func (loadOnly) Load(context.Context) (*config.MachineConfig, error) { return nil, config.ErrNoConfig }
+func (loadOnly) Name() string { return "load-only" }
+func (loadOnly) Load(context.Context) (*config.MachineConfig, error) {
+	return nil, config.ErrNoConfig
+}
 
 func TestCancelledContextStopsBeforeNextStep(t *testing.T) {
 	p := &recordingProvider{}

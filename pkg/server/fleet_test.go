@@ -15,15 +15,16 @@ import (
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/bmdb"
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/provider"
 )
 
 // agentFor is the real agent client (the bootyd provider of pkg/config)
 // for macs, with a fake hardware report holding one disk.
-func agentFor(e *testEnv, macs ...string) *config.ServerProvider {
+func agentFor(e *testEnv, macs ...string) *provider.ServerProvider {
 	sn := &sniffer{rt: http.DefaultTransport}
-	p := &config.ServerProvider{URL: e.ts.URL, AllowHTTP: true, BootMAC: macs[0], Client: &http.Client{Transport: sn, Timeout: time.Minute},
+	p := &provider.ServerProvider{URL: e.ts.URL, AllowHTTP: true, BootMAC: macs[0], Client: &http.Client{Transport: sn, Timeout: time.Minute},
 		MACs:    func() ([]string, error) { return macs, nil },
-		Backoff: config.Backoff{Attempts: 3, Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+		Backoff: provider.Backoff{Attempts: 3, Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond},
 		Hardware: func(context.Context) (*api.HardwareDetails, error) {
 			return &api.HardwareDetails{RAMMebibytes: 2048, CPU: api.CPU{Arch: "x86_64", Count: 2},
 				Storage: []api.Storage{{Name: "/dev/vda", Type: api.StorageHDD, SizeBytes: 8 << 30, SerialNumber: "disk-" + macs[0]}}}, nil
@@ -45,7 +46,7 @@ func (s *sniffer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return s.rt.RoundTrip(r)
 }
 
-var sniffers sync.Map // *config.ServerProvider → *sniffer
+var sniffers sync.Map // *provider.ServerProvider → *sniffer
 
 // show GETs a machine through the operator API.
 func (e *testEnv) show(t *testing.T, ref string) api.MachineDetail {
@@ -80,7 +81,7 @@ type loaded struct {
 }
 
 // load runs p.Load in the background, cancelled at the test's end.
-func load(t *testing.T, p *config.ServerProvider) chan loaded {
+func load(t *testing.T, p *provider.ServerProvider) chan loaded {
 	ch := make(chan loaded, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -215,13 +216,13 @@ func TestFleetEnrollInspectProvision(t *testing.T) {
 }
 
 // agentDo posts a raw agent report as p's machine with p's token.
-func (e *testEnv) agentDo(t *testing.T, p *config.ServerProvider, what string, v any) (int, http.Header, string) {
+func (e *testEnv) agentDo(t *testing.T, p *provider.ServerProvider, what string, v any) (int, http.Header, string) {
 	t.Helper()
 	return e.do(t, "POST", "/v1/machines/"+p.MAC()+"/"+what, tokenOf(t, p), v, nil)
 }
 
 // tokenOf is the machine token p last sent (it polls for commands with it).
-func tokenOf(t *testing.T, p *config.ServerProvider) string {
+func tokenOf(t *testing.T, p *provider.ServerProvider) string {
 	t.Helper()
 	sn, _ := sniffers.Load(p)
 	var tok string

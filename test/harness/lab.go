@@ -32,6 +32,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/bmdb"
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/provider"
 	"github.com/booty-dev/booty/pkg/server"
 )
 
@@ -256,7 +257,7 @@ func (l *Lab) HostURL() string { return "http://127.0.0.1:" + strconv.Itoa(l.por
 // InsecureHTTP is the kernel parameter that lets the agent talk to the
 // lab's plain-HTTP bootyd (it refuses http:// without it); every guest
 // command line the lab builds carries it, iPXE's included.
-const InsecureHTTP = config.CmdlineInsecureHTTP + "=1"
+const InsecureHTTP = provider.CmdlineInsecureHTTP + "=1"
 
 // GuestURL returns bootyd's URL as a guest sees it: http://10.0.2.2:<port>.
 func (l *Lab) GuestURL() string { return "http://" + GuestHost + ":" + strconv.Itoa(l.port) }

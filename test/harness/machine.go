@@ -19,6 +19,7 @@ import (
 
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/config"
+	"github.com/booty-dev/booty/pkg/provider"
 	"github.com/booty-dev/booty/pkg/server"
 	"github.com/booty-dev/booty/test/vm"
 )
@@ -299,7 +300,7 @@ func makeDisk(path string, size int64, initial string) error {
 // panic=-1, then ExtraCmdline. The lab's bootyd serves plain HTTP, which
 // the agent refuses without the opt-in.
 func (m *Machine) Cmdline() string {
-	s := "console=ttyS0,115200 " + config.CmdlineServer + "=" + m.lab.GuestURL() + " " + InsecureHTTP + " panic=-1"
+	s := "console=ttyS0,115200 " + provider.CmdlineServer + "=" + m.lab.GuestURL() + " " + InsecureHTTP + " panic=-1"
 	if x := strings.TrimSpace(m.spec.ExtraCmdline); x != "" {
 		s += " " + x
 	}

@@ -1,4 +1,4 @@
-package config
+package provider
 
 import "github.com/booty-dev/booty/pkg/cmdline"
 

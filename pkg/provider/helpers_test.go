@@ -1,8 +1,9 @@
-package config
+package provider
 
 import (
 	"encoding/pem"
 	"log/slog"
+	"os"
 	"testing"
 )
 
@@ -14,3 +15,12 @@ func testLogger(t *testing.T) *slog.Logger {
 func pemOf(der []byte) string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
+
+// sampleVars is CAPRF's /deploy/vars, shared with pkg/config's tests.
+var sampleVars = func() string {
+	b, err := os.ReadFile("../config/testdata/vars/sample.vars")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()

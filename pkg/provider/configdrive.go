@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/disk"
 )
 
@@ -45,7 +46,7 @@ const (
 //  4. the device is unmounted again, whatever happened.
 //
 // No labelled device, or labelled devices without a booty file, give
-// ErrNoConfig. A booty file that does not parse, or a failed mount, is an
+// config.ErrNoConfig. A booty file that does not parse, or a failed mount, is an
 // error naming the device.
 type ConfigDriveProvider struct {
 	SysRoot  string // default /sys
@@ -69,26 +70,26 @@ type Drive struct {
 }
 
 // Load finds, mounts and reads the config drive; see ConfigDriveProvider.
-func (p *ConfigDriveProvider) Load(ctx context.Context) (*MachineConfig, error) {
+func (p *ConfigDriveProvider) Load(ctx context.Context) (*config.MachineConfig, error) {
 	drives, err := p.Find()
 	if err != nil {
 		return nil, err
 	}
 	if len(drives) == 0 {
-		return nil, fmt.Errorf("%w: no block device labelled %s", ErrNoConfig, strings.Join(p.labels(), " or "))
+		return nil, fmt.Errorf("%w: no block device labelled %s", config.ErrNoConfig, strings.Join(p.labels(), " or "))
 	}
 	for _, d := range drives {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("config drive: %w", err)
 		}
 		cfg, err := p.loadFrom(d)
-		if errors.Is(err, ErrNoConfig) {
+		if errors.Is(err, config.ErrNoConfig) {
 			orDiscard(p.Log).Info("config drive has no booty config", "device", d.Device, "label", d.Label)
 			continue
 		}
 		return cfg, err
 	}
-	return nil, fmt.Errorf("%w: labelled devices hold no %s, %s or booty %s", ErrNoConfig, configDriveYAML, configDriveJSON, openStackUserData)
+	return nil, fmt.Errorf("%w: labelled devices hold no %s, %s or booty %s", config.ErrNoConfig, configDriveYAML, configDriveJSON, openStackUserData)
 }
 
 func (p *ConfigDriveProvider) labels() []string {
@@ -108,13 +109,13 @@ func (p *ConfigDriveProvider) root(v, def string) string {
 // Find lists the block devices whose filesystem label is one of Labels, in
 // name order (disk.Manager.FindLabeled over SysRoot and DevRoot), keeping
 // those whose filesystem a config drive can be. A missing
-// SysRoot/class/block gives ErrNoConfig.
+// SysRoot/class/block gives config.ErrNoConfig.
 func (p *ConfigDriveProvider) Find() ([]Drive, error) {
 	log := orDiscard(p.Log)
 	m := &disk.Manager{SysRoot: p.root(p.SysRoot, "/sys"), DevRoot: p.root(p.DevRoot, "/dev"), Log: log}
 	found, err := m.FindLabeled(p.labels())
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %w", ErrNoConfig, err)
+		return nil, fmt.Errorf("%w: %w", config.ErrNoConfig, err)
 	}
 	if err != nil {
 		return nil, err
@@ -133,7 +134,7 @@ func (p *ConfigDriveProvider) Find() ([]Drive, error) {
 }
 
 // loadFrom mounts one drive, reads its config and unmounts it.
-func (p *ConfigDriveProvider) loadFrom(d Drive) (cfg *MachineConfig, err error) {
+func (p *ConfigDriveProvider) loadFrom(d Drive) (cfg *config.MachineConfig, err error) {
 	log := orDiscard(p.Log)
 	mount, unmount := p.Mount, p.Unmount
 	if mount == nil {
@@ -177,7 +178,7 @@ func (p *ConfigDriveProvider) loadFrom(d Drive) (cfg *MachineConfig, err error) 
 		if err != nil {
 			return nil, fmt.Errorf("config drive %s: %w", d.Device, err)
 		}
-		cfg, err := Parse(data)
+		cfg, err := config.Parse(data)
 		if err != nil {
 			return nil, fmt.Errorf("config drive %s: %s: %w", d.Device, name, err)
 		}
@@ -190,7 +191,7 @@ func (p *ConfigDriveProvider) loadFrom(d Drive) (cfg *MachineConfig, err error) 
 		case err != nil:
 			return nil, fmt.Errorf("config drive %s: %w", d.Device, err)
 		case IsBootyConfig(data):
-			cfg, err := Parse(data)
+			cfg, err := config.Parse(data)
 			if err != nil {
 				return nil, fmt.Errorf("config drive %s: %s: %w", d.Device, openStackUserData, err)
 			}
@@ -199,7 +200,7 @@ func (p *ConfigDriveProvider) loadFrom(d Drive) (cfg *MachineConfig, err error) 
 			log.Info("config-2 user_data is not a booty config, ignoring it", "device", d.Device)
 		}
 	}
-	return nil, ErrNoConfig
+	return nil, config.ErrNoConfig
 }
 
 // mountOrder puts the detected filesystem type first, then the others.
@@ -226,5 +227,5 @@ func IsBootyConfig(data []byte) bool {
 	if err := json.Unmarshal(j, &head); err != nil {
 		return false
 	}
-	return head.APIVersion == APIVersion
+	return head.APIVersion == config.APIVersion
 }

@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
 )
 
 // bootIF is the MAC of BOOTIF=01-aa-bb-cc-dd-ee-ff on the command line, "" without one.
@@ -27,13 +28,13 @@ func bootIF(cl Cmdline) string {
 }
 
 // LoadChain asks each provider in order for the config. A provider that
-// returns ErrNoConfig is skipped; the first config wins and is returned with
+// returns config.ErrNoConfig is skipped; the first config wins and is returned with
 // its provider (which may implement StatusReporter, ProgressReporter,
 // LogReporter). Any other error stops the chain and is returned naming the
 // provider: a config that exists but is bad must not be silently replaced by
-// a later one. When every provider has nothing, the error wraps ErrNoConfig
+// a later one. When every provider has nothing, the error wraps config.ErrNoConfig
 // and names them all. Only provider names are logged, never the config.
-func LoadChain(ctx context.Context, log *slog.Logger, providers ...Provider) (*MachineConfig, Provider, error) {
+func LoadChain(ctx context.Context, log *slog.Logger, providers ...config.Provider) (*config.MachineConfig, config.Provider, error) {
 	log = orDiscard(log)
 	var tried []string
 	for _, p := range providers {
@@ -48,7 +49,7 @@ func LoadChain(ctx context.Context, log *slog.Logger, providers ...Provider) (*M
 		case err == nil:
 			log.Info("config loaded", "provider", p.Name(), "mode", cfg.Mode, "hostname", cfg.Hostname)
 			return cfg, p, nil
-		case errors.Is(err, ErrNoConfig):
+		case errors.Is(err, config.ErrNoConfig):
 			log.Info("config provider has nothing", "provider", p.Name(), "reason", err)
 			tried = append(tried, p.Name())
 		default:
@@ -56,9 +57,9 @@ func LoadChain(ctx context.Context, log *slog.Logger, providers ...Provider) (*M
 		}
 	}
 	if len(tried) == 0 {
-		return nil, nil, fmt.Errorf("%w: no config providers", ErrNoConfig)
+		return nil, nil, fmt.Errorf("%w: no config providers", config.ErrNoConfig)
 	}
-	return nil, nil, fmt.Errorf("%w: tried %s", ErrNoConfig, strings.Join(tried, ", "))
+	return nil, nil, fmt.Errorf("%w: tried %s", config.ErrNoConfig, strings.Join(tried, ", "))
 }
 
 // ChainOption adjusts the providers that ProvidersFromCmdline builds.
@@ -124,13 +125,13 @@ func WithMACs(f func() ([]string, error)) ChainOption { return func(o *chainOpti
 // line: booty.config= (when set), the config drive (labels BOOTY, config-2),
 // /deploy in the initramfs, and bootyd by MAC (when booty.server= is set).
 // Plain http:// URLs work only with booty.insecure-http=1 on the line.
-func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []Provider {
+func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []config.Provider {
 	var o chainOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	allowHTTP := cl.Flag(CmdlineInsecureHTTP)
-	var ps []Provider
+	var ps []config.Provider
 	if src, ok := cl.Get(CmdlineConfig); ok && src != "" {
 		ps = append(ps, &URLProvider{Source: src, CACert: o.caCert, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP, Log: o.log})
 	}
@@ -147,7 +148,7 @@ func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []Provider {
 // order: the config drive (labels BOOTY, config-2), then /deploy in the
 // initramfs. The agent asks them before it brings the network up, so that
 // their network: section can configure it.
-func LocalProviders(opts ...ChainOption) []Provider {
+func LocalProviders(opts ...ChainOption) []config.Provider {
 	var o chainOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -155,8 +156,8 @@ func LocalProviders(opts ...ChainOption) []Provider {
 	return localProviders(o)
 }
 
-func localProviders(o chainOptions) []Provider {
-	return []Provider{
+func localProviders(o chainOptions) []config.Provider {
+	return []config.Provider{
 		&ConfigDriveProvider{
 			SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
 			Mount: o.mount, Unmount: o.unmount, Log: o.log,

@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
@@ -40,7 +41,7 @@ func TestPlainHTTPNeedsOptIn(t *testing.T) {
 			return err
 		},
 		"server reporter": func() error {
-			_, err := NewServerReporter(ServerSpec{URL: secretBase, Token: "tok"}, "52:54:00:aa:bb:01", false)
+			_, err := NewServerReporter(config.ServerSpec{URL: secretBase, Token: "tok"}, "52:54:00:aa:bb:01", false)
 			return err
 		},
 	} {
@@ -75,7 +76,7 @@ func TestReportRedirectDoesNotLeakToken(t *testing.T) {
 	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
 	})
-	r, err := NewServerReporter(ServerSpec{URL: srv.URL, Token: token}, "52:54:00:aa:bb:01", true)
+	r, err := NewServerReporter(config.ServerSpec{URL: srv.URL, Token: token}, "52:54:00:aa:bb:01", true)
 	if err != nil {
 		t.Fatal(err)
 	}

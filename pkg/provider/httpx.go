@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -6,12 +6,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/httpfetch"
 	"github.com/booty-dev/booty/pkg/redact"
 )
-
-// MaxConfigSize bounds a config read from any provider.
-const MaxConfigSize = 4 << 20
 
 // DefaultRequestTimeout bounds one HTTP request of a provider or reporter.
 const DefaultRequestTimeout = 30 * time.Second
@@ -54,11 +52,11 @@ func clientOr(c *http.Client, caPEM string, allowHTTP bool) (*http.Client, error
 	return newHTTPClient(caPEM, DefaultRequestTimeout, allowHTTP)
 }
 
-// fetch is httpfetch.Fetch with the answer bounded by MaxConfigSize, the
+// fetch is httpfetch.Fetch with the answer bounded by config.MaxConfigSize, the
 // idle bound DefaultIdleTimeout when r has none, and booty's User-Agent.
 func fetch(ctx context.Context, c *http.Client, b Backoff, log *slog.Logger, op string, r httpfetch.Request, accept func(code int) bool) (*httpfetch.Response, error) {
 	if r.Limit == 0 {
-		r.Limit = MaxConfigSize
+		r.Limit = config.MaxConfigSize
 	}
 	if r.Idle == 0 {
 		r.Idle = DefaultIdleTimeout

@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
 // URLProvider loads the config named on the kernel command line by
 // booty.config=: an http(s):// URL, a file:/// URL or an absolute path.
 //
-// Source empty means the provider does not apply (ErrNoConfig). A named
+// Source empty means the provider does not apply (config.ErrNoConfig). A named
 // source that cannot be read, answers non-2xx, or does not parse is an error:
 // the operator asked for it explicitly.
 type URLProvider struct {
@@ -44,12 +45,12 @@ type URLProvider struct {
 func (p *URLProvider) Name() string { return "cmdline " + CmdlineConfig + "=" + redactURL(p.Source) }
 
 // Load fetches Source (with bounded retries for http), then parses and validates it.
-func (p *URLProvider) Load(ctx context.Context) (*MachineConfig, error) {
+func (p *URLProvider) Load(ctx context.Context) (*config.MachineConfig, error) {
 	data, err := p.fetch(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := Parse(data)
+	cfg, err := config.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("config from %s: %w", redactURL(p.Source), err)
 	}
@@ -59,7 +60,7 @@ func (p *URLProvider) Load(ctx context.Context) (*MachineConfig, error) {
 func (p *URLProvider) fetch(ctx context.Context) ([]byte, error) {
 	src := strings.TrimSpace(p.Source)
 	if src == "" {
-		return nil, fmt.Errorf("%w: %s not set", ErrNoConfig, CmdlineConfig)
+		return nil, fmt.Errorf("%w: %s not set", config.ErrNoConfig, CmdlineConfig)
 	}
 	readFile := p.ReadFile
 	if readFile == nil {
@@ -97,14 +98,14 @@ func (p *URLProvider) fetch(ctx context.Context) ([]byte, error) {
 	return resp.Body, nil
 }
 
-// readLimited reads a config file, refusing one over MaxConfigSize.
+// readLimited reads a config file, refusing one over config.MaxConfigSize.
 func readLimited(readFile func(string) ([]byte, error), path string) ([]byte, error) {
 	data, err := readFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config %s: %w", path, err)
 	}
-	if len(data) > MaxConfigSize {
-		return nil, fmt.Errorf("read config %s: larger than %d bytes", path, MaxConfigSize)
+	if len(data) > config.MaxConfigSize {
+		return nil, fmt.Errorf("read config %s: larger than %d bytes", path, config.MaxConfigSize)
 	}
 	return data, nil
 }

@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
 )
 
 // fastBackoff keeps retry tests quick while still waiting between tries.
@@ -75,19 +76,19 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // fakeProvider answers with a fixed config or error and counts calls.
 type fakeProvider struct {
 	name  string
-	cfg   *MachineConfig
+	cfg   *config.MachineConfig
 	err   error
 	calls int
 }
 
 func (f *fakeProvider) Name() string { return f.name }
-func (f *fakeProvider) Load(context.Context) (*MachineConfig, error) {
+func (f *fakeProvider) Load(context.Context) (*config.MachineConfig, error) {
 	f.calls++
 	return f.cfg, f.err
 }
 
 func TestLoadChain(t *testing.T) {
-	good := &MachineConfig{APIVersion: APIVersion, Hostname: "good"}
+	good := &config.MachineConfig{APIVersion: config.APIVersion, Hostname: "good"}
 	tests := []struct {
 		name      string
 		ps        []*fakeProvider
@@ -103,10 +104,10 @@ func TestLoadChain(t *testing.T) {
 			wantCalls: []int{1, 0},
 		},
 		{
-			name: "falls through ErrNoConfig in order",
+			name: "falls through config.ErrNoConfig in order",
 			ps: []*fakeProvider{
-				{name: "cmdline", err: ErrNoConfig},
-				{name: "drive", err: errors.Join(errors.New("x"), ErrNoConfig)},
+				{name: "cmdline", err: config.ErrNoConfig},
+				{name: "drive", err: errors.Join(errors.New("x"), config.ErrNoConfig)},
 				{name: "deploy", cfg: good},
 				{name: "bootyd", cfg: good},
 			},
@@ -116,8 +117,8 @@ func TestLoadChain(t *testing.T) {
 		{
 			name: "real error stops the chain naming the provider",
 			ps: []*fakeProvider{
-				{name: "cmdline", err: ErrNoConfig},
-				{name: "drive", err: &ValidationError{Problems: []string{"image.ur: unknown field"}}},
+				{name: "cmdline", err: config.ErrNoConfig},
+				{name: "drive", err: &config.ValidationError{Problems: []string{"image.ur: unknown field"}}},
 				{name: "deploy", cfg: good},
 			},
 			wantErr:   "config provider drive: image.ur: unknown field",
@@ -125,7 +126,7 @@ func TestLoadChain(t *testing.T) {
 		},
 		{
 			name:      "all empty",
-			ps:        []*fakeProvider{{name: "a", err: ErrNoConfig}, {name: "b", err: ErrNoConfig}},
+			ps:        []*fakeProvider{{name: "a", err: config.ErrNoConfig}, {name: "b", err: config.ErrNoConfig}},
 			wantErr:   "tried a, b",
 			noConfig:  true,
 			wantCalls: []int{1, 1},
@@ -139,7 +140,7 @@ func TestLoadChain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ps := make([]Provider, len(tt.ps))
+			ps := make([]config.Provider, len(tt.ps))
 			for i, p := range tt.ps {
 				ps[i] = p
 			}
@@ -154,8 +155,8 @@ func TestLoadChain(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
 				}
-				if errors.Is(err, ErrNoConfig) != tt.noConfig {
-					t.Errorf("errors.Is(ErrNoConfig) wrong for %v", err)
+				if errors.Is(err, config.ErrNoConfig) != tt.noConfig {
+					t.Errorf("errors.Is(config.ErrNoConfig) wrong for %v", err)
 				}
 				return
 			}
@@ -170,7 +171,7 @@ func TestLoadChain(t *testing.T) {
 }
 
 func TestProvidersFromCmdline(t *testing.T) {
-	names := func(ps []Provider) []string {
+	names := func(ps []config.Provider) []string {
 		var out []string
 		for _, p := range ps {
 			switch p.(type) {
@@ -291,8 +292,8 @@ func TestURLProvider(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
 				}
-				if errors.Is(err, ErrNoConfig) != tt.noConfig {
-					t.Errorf("ErrNoConfig = %v, want %v", !tt.noConfig, tt.noConfig)
+				if errors.Is(err, config.ErrNoConfig) != tt.noConfig {
+					t.Errorf("config.ErrNoConfig = %v, want %v", !tt.noConfig, tt.noConfig)
 				}
 				return
 			}
@@ -362,14 +363,14 @@ func TestDeployDirProvider(t *testing.T) {
 	})
 	t.Run("empty dir", func(t *testing.T) {
 		_, err := (&DeployDirProvider{Dir: t.TempDir()}).Load(context.Background())
-		if !errors.Is(err, ErrNoConfig) {
-			t.Fatalf("err = %v, want ErrNoConfig", err)
+		if !errors.Is(err, config.ErrNoConfig) {
+			t.Fatalf("err = %v, want config.ErrNoConfig", err)
 		}
 	})
 	t.Run("bad config names file and field", func(t *testing.T) {
 		dir := tree(t, map[string]string{"config.yaml": "apiVersion: booty.dev/v1\nmode: deprovision\nmellanox: {numVFs: -2}\n"})
 		_, err := (&DeployDirProvider{Dir: dir}).Load(context.Background())
-		if err == nil || errors.Is(err, ErrNoConfig) || !strings.Contains(err.Error(), "config.yaml: mellanox.numVFs: want 0 to 65535") {
+		if err == nil || errors.Is(err, config.ErrNoConfig) || !strings.Contains(err.Error(), "config.yaml: mellanox.numVFs: want 0 to 65535") {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -431,10 +432,10 @@ func TestDeployDirReporting(t *testing.T) {
 
 func TestServerProviderLoad(t *testing.T) {
 	macs := func() ([]string, error) { return []string{"52:54:00:aa:bb:01", "52:54:00:aa:bb:02"}, nil }
-	t.Run("unknown machine is ErrNoConfig listing MACs", func(t *testing.T) {
+	t.Run("unknown machine is config.ErrNoConfig listing MACs", func(t *testing.T) {
 		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) { http.NotFound(w, r) })
 		_, err := (&ServerProvider{URL: srv.URL, AllowHTTP: true, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
-		if !errors.Is(err, ErrNoConfig) || !strings.Contains(err.Error(), "52:54:00:aa:bb:01, 52:54:00:aa:bb:02") {
+		if !errors.Is(err, config.ErrNoConfig) || !strings.Contains(err.Error(), "52:54:00:aa:bb:01, 52:54:00:aa:bb:02") {
 			t.Fatalf("err = %v", err)
 		}
 		want := []string{"/v1/enroll"}
@@ -451,7 +452,7 @@ func TestServerProviderLoad(t *testing.T) {
 		url := srv.URL
 		srv.Close()
 		_, err := (&ServerProvider{URL: url, AllowHTTP: true, MACs: macs, Backoff: fastBackoff}).Load(context.Background())
-		if err == nil || errors.Is(err, ErrNoConfig) || !strings.Contains(err.Error(), "bootyd "+url) || !strings.Contains(err.Error(), "gave up after 3 attempts") {
+		if err == nil || errors.Is(err, config.ErrNoConfig) || !strings.Contains(err.Error(), "bootyd "+url) || !strings.Contains(err.Error(), "gave up after 3 attempts") {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -485,7 +486,7 @@ func TestServerProviderLoad(t *testing.T) {
 	})
 	t.Run("no MACs", func(t *testing.T) {
 		_, err := (&ServerProvider{URL: "http://127.0.0.1:1", AllowHTTP: true, MACs: func() ([]string, error) { return nil, nil }}).Load(context.Background())
-		if !errors.Is(err, ErrNoConfig) {
+		if !errors.Is(err, config.ErrNoConfig) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -553,13 +554,13 @@ func TestServerProviderReports(t *testing.T) {
 	if strings.Contains(buf.String(), token) {
 		t.Errorf("token logged:\n%s", buf)
 	}
-	if !strings.Contains(buf.String(), RedactedText) {
+	if !strings.Contains(buf.String(), config.RedactedText) {
 		t.Errorf("logged config not redacted:\n%s", buf)
 	}
 }
 
-func cfgOf(t *testing.T, url, token string) *MachineConfig {
-	cfg, err := Parse([]byte(validYAML + "server:\n  url: " + url + "\n  token: " + token + "\n"))
+func cfgOf(t *testing.T, url, token string) *config.MachineConfig {
+	cfg, err := config.Parse([]byte(validYAML + "server:\n  url: " + url + "\n  token: " + token + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +569,7 @@ func cfgOf(t *testing.T, url, token string) *MachineConfig {
 
 func TestNewServerReporter(t *testing.T) {
 	srv := newRecorder(t, nil)
-	r, err := NewServerReporter(ServerSpec{URL: srv.URL + "/", Token: "tok"}, "52:54:00:AA:BB:01", true)
+	r, err := NewServerReporter(config.ServerSpec{URL: srv.URL + "/", Token: "tok"}, "52:54:00:AA:BB:01", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,12 +581,12 @@ func TestNewServerReporter(t *testing.T) {
 		t.Errorf("requests %+v", got)
 	}
 	for _, bad := range []struct {
-		s   ServerSpec
+		s   config.ServerSpec
 		mac string
 	}{
-		{ServerSpec{URL: "ftp://x"}, "52:54:00:aa:bb:01"},
-		{ServerSpec{URL: srv.URL}, "not-a-mac"},
-		{ServerSpec{URL: srv.URL, CACert: "junk"}, "52:54:00:aa:bb:01"},
+		{config.ServerSpec{URL: "ftp://x"}, "52:54:00:aa:bb:01"},
+		{config.ServerSpec{URL: srv.URL}, "not-a-mac"},
+		{config.ServerSpec{URL: srv.URL, CACert: "junk"}, "52:54:00:aa:bb:01"},
 	} {
 		if _, err := NewServerReporter(bad.s, bad.mac, true); err == nil {
 			t.Errorf("NewServerReporter(%+v, %q) accepted", bad.s, bad.mac)
@@ -594,37 +595,6 @@ func TestNewServerReporter(t *testing.T) {
 	// Reporting before Load is an error, not a request to nowhere.
 	if err := (&ServerProvider{URL: srv.URL}).ReportStatus(context.Background(), api.StatusReport{}); err == nil {
 		t.Error("report before Load succeeded")
-	}
-}
-
-func TestPhysicalMACs(t *testing.T) {
-	sys := t.TempDir()
-	link := func(name, addr string, physical bool) {
-		d := filepath.Join(sys, "class", "net", name)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(filepath.Join(d, "address"), []byte(addr+"\n"), 0o644)
-		if physical {
-			os.Mkdir(filepath.Join(d, "device"), 0o755)
-		}
-	}
-	link("lo", "00:00:00:00:00:00", false)
-	link("eno2", "52:54:00:AA:BB:02", true)
-	link("eno1", "52:54:00:aa:bb:01", true)
-	link("br0", "52:54:00:aa:bb:09", false)
-	link("ib0", "80:00:00:48:fe:80:00:00:00:00:00:00:00:02:c9:03:00:0f:1a:2b", true)
-	link("eno3", "00:00:00:00:00:00", true)
-	link("bond-slave", "52:54:00:aa:bb:01", true)
-	got, err := PhysicalMACs(sys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"52:54:00:aa:bb:01", "52:54:00:aa:bb:02"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("PhysicalMACs = %v, want %v", got, want)
-	}
-	if _, err := PhysicalMACs(filepath.Join(sys, "nope")); err == nil {
-		t.Error("want an error for a missing sysfs")
 	}
 }
 

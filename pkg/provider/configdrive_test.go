@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/booty-dev/booty/pkg/config"
 )
 
 const validYAML = `apiVersion: booty.dev/v1
@@ -130,7 +132,7 @@ func TestConfigDriveProvider(t *testing.T) {
 		fail      map[string]bool
 		wantHost  string
 		wantErr   string // substring; "" means success
-		noConfig  bool   // want ErrNoConfig
+		noConfig  bool   // want config.ErrNoConfig
 		wantCalls []string
 	}{
 		{
@@ -230,8 +232,8 @@ func TestConfigDriveProvider(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
 				}
-				if errors.Is(err, ErrNoConfig) != tt.noConfig {
-					t.Errorf("errors.Is(err, ErrNoConfig) = %v, want %v", !tt.noConfig, tt.noConfig)
+				if errors.Is(err, config.ErrNoConfig) != tt.noConfig {
+					t.Errorf("errors.Is(err, config.ErrNoConfig) = %v, want %v", !tt.noConfig, tt.noConfig)
 				}
 				return
 			}
@@ -247,8 +249,8 @@ func TestConfigDriveProvider(t *testing.T) {
 
 func TestConfigDriveNoSysfs(t *testing.T) {
 	p := &ConfigDriveProvider{SysRoot: filepath.Join(t.TempDir(), "nope")}
-	if _, err := p.Load(context.Background()); !errors.Is(err, ErrNoConfig) {
-		t.Errorf("err = %v, want ErrNoConfig", err)
+	if _, err := p.Load(context.Background()); !errors.Is(err, config.ErrNoConfig) {
+		t.Errorf("err = %v, want config.ErrNoConfig", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
@@ -26,7 +27,7 @@ var DefaultReportBackoff = Backoff{Attempts: 3, Initial: time.Second, Max: 4 * t
 
 // DeployDirProvider reads the config baked into the initramfs: Dir/config.yaml
 // (a MachineConfig; config.json also works), else Dir/vars in telekom BOOTy's
-// format (see ParseVars). Neither file gives ErrNoConfig.
+// format (see ParseVars). Neither file gives config.ErrNoConfig.
 //
 // After loading a vars file, the provider reports as BOOTy does (its CAPRF
 // client): text/plain POSTs with "Authorization: Bearer TOKEN" to INIT_URL
@@ -48,7 +49,7 @@ type DeployDirProvider struct {
 
 	mu        sync.Mutex
 	client    *http.Client // Client made safe, or built
-	endpoints *VarsEndpoints
+	endpoints *config.VarsEndpoints
 	errorSent bool // a step failure went to ERROR_URL; the run's error is not sent again
 }
 
@@ -63,7 +64,7 @@ func (p *DeployDirProvider) dir() string {
 }
 
 // Endpoints returns the reporting endpoints of the loaded vars file, or nil.
-func (p *DeployDirProvider) Endpoints() *VarsEndpoints {
+func (p *DeployDirProvider) Endpoints() *config.VarsEndpoints {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.endpoints
@@ -72,7 +73,7 @@ func (p *DeployDirProvider) Endpoints() *VarsEndpoints {
 // Load reads config.yaml, config.json or vars from Dir, in that order; the
 // first that exists is parsed and validated, and its errors are returned
 // naming the file.
-func (p *DeployDirProvider) Load(ctx context.Context) (*MachineConfig, error) {
+func (p *DeployDirProvider) Load(ctx context.Context) (*config.MachineConfig, error) {
 	for _, name := range []string{"config.yaml", "config.json"} {
 		path := filepath.Join(p.dir(), name)
 		data, err := readLimited(os.ReadFile, path)
@@ -82,7 +83,7 @@ func (p *DeployDirProvider) Load(ctx context.Context) (*MachineConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg, err := Parse(data)
+		cfg, err := config.Parse(data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -91,12 +92,12 @@ func (p *DeployDirProvider) Load(ctx context.Context) (*MachineConfig, error) {
 	path := filepath.Join(p.dir(), "vars")
 	data, err := readLimited(os.ReadFile, path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: no config.yaml, config.json or vars in %s", ErrNoConfig, p.dir())
+		return nil, fmt.Errorf("%w: no config.yaml, config.json or vars in %s", config.ErrNoConfig, p.dir())
 	}
 	if err != nil {
 		return nil, err
 	}
-	cfg, ep, err := ParseVars(data)
+	cfg, ep, err := config.ParseVars(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

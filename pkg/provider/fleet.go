@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/httpfetch"
 )
 
@@ -59,7 +60,7 @@ type fleetState struct {
 // refused enrollment (409: this machine's last agent session is still
 // live) is retried every enrollRetry until ctx ends; transport errors,
 // 429 and 5xx within p.Backoff, then they fail naming bootyd; a 404
-// (auto-discovery off and the machine unknown) is ErrNoConfig.
+// (auto-discovery off and the machine unknown) is config.ErrNoConfig.
 func (p *ServerProvider) enroll(ctx context.Context, client *http.Client, macs []string) error {
 	log := orDiscard(p.Log)
 	req := api.EnrollRequest{BootMAC: p.BootMAC, MACs: macs}
@@ -81,7 +82,7 @@ func (p *ServerProvider) enroll(ctx context.Context, client *http.Client, macs [
 			func(code int) bool { return code == http.StatusConflict || code == http.StatusNotFound })
 		switch {
 		case err == nil && resp.Code == http.StatusNotFound:
-			return fmt.Errorf("%w: bootyd %s does not know this machine (%s) and discovers none", ErrNoConfig, redactURL(p.URL), strings.Join(macs, ", "))
+			return fmt.Errorf("%w: bootyd %s does not know this machine (%s) and discovers none", config.ErrNoConfig, redactURL(p.URL), strings.Join(macs, ", "))
 		case err == nil && resp.Code == http.StatusConflict:
 			log.Warn("bootyd refused the enrollment: this machine's previous agent session is still live; retrying", "retry_in", enrollRetry)
 		case err == nil:
@@ -181,7 +182,7 @@ func (p *ServerProvider) post(ctx context.Context, what string, v any, b Backoff
 // *CommandHandoff after reporting them done. A lost session (401: bootyd
 // lost its database, or the session ended) enrolls again. It returns
 // when ctx ends.
-func (p *ServerProvider) waitCommand(ctx context.Context, client *http.Client, macs []string) (*MachineConfig, error) {
+func (p *ServerProvider) waitCommand(ctx context.Context, client *http.Client, macs []string) (*config.MachineConfig, error) {
 	log := orDiscard(p.Log)
 	retry := time.Second
 	for {
@@ -244,7 +245,7 @@ func (p *ServerProvider) waitCommand(ctx context.Context, client *http.Client, m
 			}
 			return nil, &CommandHandoff{Kind: cmd.Kind}
 		case api.CommandProvision, api.CommandDeprovision:
-			cfg, err := Parse(cmd.Config)
+			cfg, err := config.Parse(cmd.Config)
 			if err != nil {
 				// As a bad config file always was: reported under
 				// load-config, and the boot fails.

@@ -1,4 +1,4 @@
-package config
+package provider
 
 import (
 	"context"
@@ -8,15 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/httpfetch"
+	"github.com/booty-dev/booty/pkg/network"
 )
 
 // ServerProvider is the agent's side of bootyd's fleet protocol
@@ -28,7 +27,7 @@ import (
 // end goes back with CompleteCommand. Reports (status, progress, logs)
 // carry the command's generation and are retried within
 // FleetReportBackoff. A machine bootyd does not know and will not
-// discover gives ErrNoConfig.
+// discover gives config.ErrNoConfig.
 //
 // For a config from another provider that names a server,
 // NewServerReporter reports with the config's static server.token.
@@ -48,7 +47,7 @@ type ServerProvider struct {
 	// IdleTimeout bounds the wait for headers and each read of an answer
 	// (default DefaultIdleTimeout).
 	IdleTimeout time.Duration
-	// MACs lists the machine's MAC addresses; nil is PhysicalMACs(SysRoot).
+	// MACs lists the machine's MAC addresses; nil is network.PhysicalMACs(SysRoot).
 	MACs func() ([]string, error)
 	// SysRoot is the sysfs root for the default MACs; default /sys.
 	SysRoot string
@@ -78,8 +77,8 @@ func (p *ServerProvider) Name() string { return "bootyd " + redactURL(p.URL) }
 // as mac, for a config that came from another provider. It fails when s.URL
 // is not an https URL (or http with allowHTTP, the operator's opt-in), mac
 // is not a MAC address, or s.CACert holds no certificate.
-func NewServerReporter(s ServerSpec, mac string, allowHTTP bool) (*ServerProvider, error) {
-	if msg := checkURL(s.URL, "http", "https"); msg != "" {
+func NewServerReporter(s config.ServerSpec, mac string, allowHTTP bool) (*ServerProvider, error) {
+	if msg := config.CheckURL(s.URL, "http", "https"); msg != "" {
 		return nil, fmt.Errorf("server reporter: server.url: %s", msg)
 	}
 	if err := httpfetch.CheckURL(s.URL, allowHTTP); err != nil {
@@ -121,8 +120,8 @@ func (p *ServerProvider) client() (*http.Client, error) {
 }
 
 // Load fetches the config by MAC; see ServerProvider.
-func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
-	if msg := checkURL(p.URL, "http", "https"); msg != "" {
+func (p *ServerProvider) Load(ctx context.Context) (*config.MachineConfig, error) {
+	if msg := config.CheckURL(p.URL, "http", "https"); msg != "" {
 		return nil, fmt.Errorf("%s=%q: %s", CmdlineServer, redactURL(p.URL), msg)
 	}
 	if err := httpfetch.CheckURL(p.URL, p.AllowHTTP); err != nil {
@@ -130,14 +129,14 @@ func (p *ServerProvider) Load(ctx context.Context) (*MachineConfig, error) {
 	}
 	macsFn := p.MACs
 	if macsFn == nil {
-		macsFn = func() ([]string, error) { return PhysicalMACs(p.SysRoot) }
+		macsFn = func() ([]string, error) { return network.PhysicalMACs(p.SysRoot) }
 	}
 	macs, err := macsFn()
 	if err != nil {
 		return nil, fmt.Errorf("list MAC addresses: %w", err)
 	}
 	if len(macs) == 0 {
-		return nil, fmt.Errorf("%w: no physical network link to ask bootyd %s about", ErrNoConfig, redactURL(p.URL))
+		return nil, fmt.Errorf("%w: no physical network link to ask bootyd %s about", config.ErrNoConfig, redactURL(p.URL))
 	}
 	client, err := p.client()
 	if err != nil {
@@ -211,57 +210,4 @@ func (p *ServerProvider) report(ctx context.Context, what string, v any) error {
 // machineURL is {base}/v1/machines/{mac}/{what}.
 func machineURL(base, mac, what string) string {
 	return strings.TrimRight(base, "/") + "/" + api.Version + "/machines/" + url.PathEscape(strings.ToLower(mac)) + "/" + what
-}
-
-// PhysicalMACs lists the lower-case MAC addresses of the physical Ethernet
-// links under sysRoot/class/net (default /sys), sorted by link name: a link
-// counts when it has a device entry (virtual links such as bridges, bonds,
-// VLANs and veth have none), is not lo, and has a 6-byte non-zero address.
-func PhysicalMACs(sysRoot string) ([]string, error) {
-	if sysRoot == "" {
-		sysRoot = "/sys"
-	}
-	dir := filepath.Join(sysRoot, "class", "net")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list network links in %s: %w", dir, err)
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	var macs []string
-	seen := map[string]bool{}
-	for _, name := range names {
-		if name == "lo" {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, name, "device")); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, name, "address"))
-		if err != nil {
-			continue
-		}
-		hw, err := net.ParseMAC(strings.TrimSpace(string(b)))
-		if err != nil || len(hw) != 6 || isZero(hw) {
-			continue
-		}
-		m := hw.String()
-		if !seen[m] { // bond slaves may share an address
-			seen[m] = true
-			macs = append(macs, m)
-		}
-	}
-	return macs, nil
-}
-
-func isZero(b []byte) bool {
-	for _, x := range b {
-		if x != 0 {
-			return false
-		}
-	}
-	return true
 }

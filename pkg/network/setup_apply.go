@@ -11,7 +11,6 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // configureSetup applies opts.Setup (see Configure) and returns the result
@@ -196,43 +195,23 @@ func names(s *Setup) []string {
 	return out
 }
 
-// ensureBond creates the bond (or reuses one of that name) and enslaves
-// its interfaces, each set down first as the kernel requires.
+// ensureBond creates the bond (or replaces one of that name: a bond's mode
+// cannot change once it has slaves) and enslaves its interfaces, each set
+// down first as the kernel requires. booty loads the bonding module with
+// max_bonds=0 (kmod.DefaultOptions), so no stray bond0 takes the name.
 func ensureBond(h *netlink.Handle, b Bond, links map[string]netlink.Link) (netlink.Link, error) {
-	// Loading the bonding module creates an unconfigured bond0, and a
-	// bond's mode cannot change once it has slaves: start afresh. When the
-	// kernel loads the module on demand (its modprobe is booty), that
-	// bond0 appears during the creation itself, which then fails with
-	// EEXIST: remove it and create the bond once more.
-	for attempt := 1; ; attempt++ {
-		if err := removeBond(h, b.Name); err != nil {
-			return nil, err
+	if l, err := h.LinkByName(b.Name); err == nil {
+		if _, ok := l.(*netlink.Bond); !ok {
+			return nil, fmt.Errorf("create bond %s: a %s link of that name exists", b.Name, l.Type())
 		}
-		err := addBond(h, b, links)
-		if err == nil {
-			break
+		if err := h.LinkDel(l); err != nil {
+			return nil, fmt.Errorf("replace bond %s: %w", b.Name, err)
 		}
-		if !errors.Is(err, unix.EEXIST) || attempt == 2 {
-			return nil, fmt.Errorf("create bond %s: %w", b.Name, err)
-		}
+	}
+	if err := addBond(h, b, links); err != nil {
+		return nil, fmt.Errorf("create bond %s: %w", b.Name, err)
 	}
 	return enslave(h, b, links)
-}
-
-// removeBond deletes the bond named name, if there is one; another kind of
-// link of that name is an error.
-func removeBond(h *netlink.Handle, name string) error {
-	l, err := h.LinkByName(name)
-	if err != nil {
-		return nil
-	}
-	if _, ok := l.(*netlink.Bond); !ok {
-		return fmt.Errorf("create bond %s: a %s link of that name exists", name, l.Type())
-	}
-	if err := h.LinkDel(l); err != nil {
-		return fmt.Errorf("replace bond %s: %w", name, err)
-	}
-	return nil
 }
 
 // addBond creates the bond with its mode and options.

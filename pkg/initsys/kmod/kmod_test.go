@@ -297,3 +297,24 @@ func TestHostIndex(t *testing.T) {
 	}
 	assertDepsFirst(t, ix, order)
 }
+
+// A module is loaded with its Options (modprobe.d's "options"): bonding
+// gets max_bonds=0 by default, so it makes no unconfigured bond0.
+func TestLoaderOptions(t *testing.T) {
+	if DefaultOptions["bonding"] != "max_bonds=0" {
+		t.Errorf("DefaultOptions = %v, want bonding max_bonds=0", DefaultOptions)
+	}
+	params := map[string]string{}
+	l := &Loader{
+		Dir: "/lib/modules/test", Index: testIndex(t), ProcModules: filepath.Join(t.TempDir(), "none"),
+		Log:     slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Options: map[string]string{"virtio_blk": "queue_depth=64"},
+		Init:    func(path, p string) error { params[Name(path)] = p; return nil },
+	}
+	if _, err := l.Load("virtio_blk"); err != nil {
+		t.Fatal(err)
+	}
+	if params["virtio_blk"] != "queue_depth=64" || params["virtio"] != "" {
+		t.Errorf("loaded with %v, want virtio_blk's options only on virtio_blk", params)
+	}
+}

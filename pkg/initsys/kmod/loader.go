@@ -39,9 +39,18 @@ type Loader struct {
 	SysModule   string
 	// Log receives one line per module loaded or failed.
 	Log *slog.Logger
+	// Options are module parameters by module name, as modprobe.d's
+	// "options" lines give them; NewLoader sets DefaultOptions.
+	Options map[string]string
 
 	have map[string]bool
 }
+
+// DefaultOptions are the parameters booty loads modules with, whoever asks
+// (coldplug, the modules-load list, or the kernel through booty as its
+// modprobe): bonding without the unconfigured bond0 it makes by default,
+// which would take the name of the config's bond.
+var DefaultOptions = map[string]string{"bonding": "max_bonds=0"}
 
 // NewLoader returns a Loader for dir with the system defaults and the index
 // read from dir. It fails when the index cannot be read.
@@ -60,6 +69,7 @@ func NewLoader(dir string, log *slog.Logger) (*Loader, error) {
 		ProcModules: "/proc/modules",
 		SysModule:   "/sys/module",
 		Log:         log,
+		Options:     DefaultOptions,
 	}, nil
 }
 
@@ -134,7 +144,7 @@ func (l *Loader) Load(names ...string) ([]string, error) {
 
 func (l *Loader) loadOne(m *Module) (bool, error) {
 	p := filepath.Join(l.Dir, m.Path)
-	err := l.Init(p, "")
+	err := l.Init(p, l.Options[m.Name])
 	l.have[m.Name] = true // loaded, or failed: do not try again this boot
 	if errors.Is(err, os.ErrExist) {
 		return false, nil

@@ -46,6 +46,17 @@ func patch(t *testing.T, src string, off int64, b []byte) string {
 	return p
 }
 
+// flip inverts the byte at off in a copy of src: unlike writing a fixed
+// value, it always changes the byte, whatever random GUID sgdisk chose.
+func flip(t *testing.T, src string, off int64) string {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return patch(t, src, off, []byte{^data[off]})
+}
+
 func TestCheckGPT(t *testing.T) {
 	good := sgdiskImage(t)
 	zeros := filepath.Join(t.TempDir(), "zeros.img")
@@ -62,8 +73,8 @@ func TestCheckGPT(t *testing.T) {
 		wantErr string // substring; "" means valid
 	}{
 		{"sgdisk gpt", good, ""},
-		{"header byte changed", patch(t, good, 512+56, []byte{0xff}), "header CRC32"},
-		{"partition entry changed", patch(t, good, 1024+56, []byte{'X'}), "partition entries CRC32"},
+		{"header byte changed", flip(t, good, 512+56), "header CRC32"},
+		{"partition entry changed", flip(t, good, 1024+56), "partition entries CRC32"},
 		{"no mbr signature", patch(t, good, 510, []byte{0, 0}), "no MBR signature"},
 		{"mbr not protective", patch(t, good, 446+4, []byte{0x83}), "type 0xEE"},
 		{"no efi part", patch(t, good, 512, []byte("EFI TRAP")), "EFI PART"},

@@ -114,7 +114,7 @@ func (db *DB) Enroll(ctx context.Context, e Enrollment) (Enrolled, error) {
 			}
 			id = newID()
 			name := "discovered-" + strings.ReplaceAll(macs[0], ":", "")
-			if err := db.insertMachine(ctx, tx, id, name, nil, macs, BMC{}, "{}", StateRegistering, StatusDiscovered,
+			if err := db.insertMachine(ctx, tx, id, name, nil, macs, BMC{}, false, "{}", StateRegistering, StatusDiscovered,
 				"Discovered", "an agent enrolled with unknown MACs "+strings.Join(macs, ", ")); err != nil {
 				return fmt.Errorf("enroll: %w", err)
 			}

@@ -223,3 +223,27 @@ func TestMachineValidationAndConflicts(t *testing.T) {
 		wantErr(t, err, bmdb.ErrNotFound)
 	})
 }
+
+// TestOnline: online is stored at creation, changes without bumping the
+// generation, and an unchanged value records no event.
+func TestOnline(t *testing.T) {
+	engines(t, func(t *testing.T, db *bmdb.DB) {
+		m := must[bmdb.Machine](t)(db.CreateMachine(ctx(t), bmdb.NewMachine{Name: "on", BootMAC: mac(7), Online: true}))
+		if !m.Online {
+			t.Fatal("created with Online: true, reads false")
+		}
+		off := false
+		m2 := must[bmdb.Machine](t)(db.UpdateMachine(ctx(t), m.ID, m.Generation, bmdb.MachineUpdate{Online: &off}))
+		if m2.Online || m2.Generation != m.Generation {
+			t.Fatalf("after online=false: online %v generation %d (was %d)", m2.Online, m2.Generation, m.Generation)
+		}
+		evs := must[[]bmdb.Event](t)(db.Events(ctx(t), m.ID, 0, 100))
+		m3 := must[bmdb.Machine](t)(db.UpdateMachine(ctx(t), m.ID, 0, bmdb.MachineUpdate{Online: &off}))
+		if evs2 := must[[]bmdb.Event](t)(db.Events(ctx(t), m.ID, 0, 100)); len(evs2) != len(evs) || m3.Online {
+			t.Fatalf("an unchanged online recorded an event (%d → %d) or changed it", len(evs), len(evs2))
+		}
+		if got := must[bmdb.Machine](t)(db.MachineByName(ctx(t), "on")); got.Online {
+			t.Fatal("online=false not stored")
+		}
+	})
+}

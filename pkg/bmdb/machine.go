@@ -27,6 +27,10 @@ type Machine struct {
 	MACs    []string `json:"macs"`
 	BMC     BMC      `json:"bmc"`
 	Spec    Spec     `json:"spec"`
+	// Online is the power state the operator wants (metal3's
+	// spec.online); it is not part of the spec's generation and may change
+	// in any state.
+	Online bool `json:"online"`
 
 	State  State             `json:"state"`
 	Status OperationalStatus `json:"status"`
@@ -110,6 +114,8 @@ type NewMachine struct {
 	MACs []string
 	BMC  BMC
 	Spec Spec
+	// Online is the power state the operator wants.
+	Online bool
 	// State is StateRegistering (the default) or StateExternallyProvisioned
 	// for a machine that already runs its OS.
 	State State
@@ -268,7 +274,7 @@ func (db *DB) CreateMachine(ctx context.Context, nm NewMachine) (Machine, error)
 	}
 	id := newID()
 	err = db.write(ctx, "create machine "+nm.Name, func(tx *sql.Tx) error {
-		return db.insertMachine(ctx, tx, id, nm.Name, nm.Labels, macs, nm.BMC, spec, state, StatusOK, "Registered", nm.Message)
+		return db.insertMachine(ctx, tx, id, nm.Name, nm.Labels, macs, nm.BMC, nm.Online, spec, state, StatusOK, "Registered", nm.Message)
 	})
 	if err != nil {
 		return Machine{}, err
@@ -278,7 +284,7 @@ func (db *DB) CreateMachine(ctx context.Context, nm NewMachine) (Machine, error)
 
 // insertMachine writes a new machine row, its MACs and its first event.
 func (db *DB) insertMachine(ctx context.Context, tx *sql.Tx, id, name string, labels map[string]string, macs []string,
-	bmc BMC, spec string, state State, status OperationalStatus, reason, message string) error {
+	bmc BMC, online bool, spec string, state State, status OperationalStatus, reason, message string) error {
 	lb, err := json.Marshal(labels)
 	if err != nil {
 		return fmt.Errorf("create machine %s: encode labels: %w", name, err)
@@ -288,10 +294,10 @@ func (db *DB) insertMachine(ctx context.Context, tx *sql.Tx, id, name string, la
 	}
 	t := ms(now())
 	_, err = tx.ExecContext(ctx, db.q(`INSERT INTO machines (id, name, labels, boot_mac, bmc_address, bmc_credentials,
-		bmc_insecure, spec, state, status, generation, created_at, updated_at, state_changed_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)`),
+		bmc_insecure, online, spec, state, status, generation, created_at, updated_at, state_changed_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)`),
 		id, name, string(lb), macs[0], bmc.Address, bmc.CredentialsRef, boolInt(bmc.DisableCertificateVerification),
-		spec, string(state), string(status), t, t, t)
+		boolInt(online), spec, string(state), string(status), t, t, t)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("create machine %s: name is taken: %w", name, ErrConflict)
 	}
@@ -319,16 +325,16 @@ func boolInt(b bool) int {
 	return 0
 }
 
-const machineColumns = `id, name, labels, boot_mac, bmc_address, bmc_credentials, bmc_insecure, spec, state, status,
+const machineColumns = `id, name, labels, boot_mac, bmc_address, bmc_credentials, bmc_insecure, online, spec, state, status,
 	error_type, error_message, error_count, command, command_generation, command_issued_at, generation,
 	created_at, updated_at, state_changed_at`
 
 func scanMachine(r scanner) (Machine, error) {
 	var m Machine
 	var labels, spec, state, status, errType, cmd string
-	var insecure int
+	var insecure, online int
 	var cmdAt, created, updated, changed int64
-	err := r.Scan(&m.ID, &m.Name, &labels, &m.BootMAC, &m.BMC.Address, &m.BMC.CredentialsRef, &insecure, &spec,
+	err := r.Scan(&m.ID, &m.Name, &labels, &m.BootMAC, &m.BMC.Address, &m.BMC.CredentialsRef, &insecure, &online, &spec,
 		&state, &status, &errType, &m.Error.Message, &m.Error.Count, &cmd, &m.CommandGeneration, &cmdAt,
 		&m.Generation, &created, &updated, &changed)
 	if err != nil {
@@ -341,6 +347,7 @@ func scanMachine(r scanner) (Machine, error) {
 		return Machine{}, fmt.Errorf("machine %s: decode spec: %w", m.ID, err)
 	}
 	m.BMC.DisableCertificateVerification = insecure != 0
+	m.Online = online != 0
 	m.State, m.Status, m.Error.Type, m.Command = State(state), OperationalStatus(status), ErrorType(errType), CommandKind(cmd)
 	if cmdAt != 0 {
 		m.CommandIssuedAt = fromMS(cmdAt)
@@ -492,9 +499,12 @@ type MachineUpdate struct {
 	// MACs, when non-nil, replaces the machine's other MACs (the boot MAC
 	// stays).
 	MACs []string
+	// Online, when non-nil, sets the power state the operator wants. It
+	// changes in any state and does not bump the generation.
+	Online *bool
 }
 
-// UpdateMachine changes a machine's name, labels, BMC, spec or MACs. With a
+// UpdateMachine changes a machine's name, labels, BMC, spec, MACs or online. With a
 // non-zero generation it first checks it is the machine's (else
 // ErrStaleGeneration). A change of the spec bumps the generation. The spec
 // cannot change while an install runs (preparing, provisioning,
@@ -553,6 +563,9 @@ func (db *DB) UpdateMachine(ctx context.Context, id string, generation int64, u 
 			sets = append(sets, "bmc_address = ?", "bmc_credentials = ?", "bmc_insecure = ?")
 			args = append(args, u.BMC.Address, u.BMC.CredentialsRef, boolInt(u.BMC.DisableCertificateVerification))
 			changed = append(changed, "bmc")
+		}
+		if u.Online != nil && *u.Online != m.Online {
+			sets, args, changed = append(sets, "online = ?"), append(args, boolInt(*u.Online)), append(changed, "online")
 		}
 		if u.Spec != nil {
 			old, _ := encodeSpec(m.Spec)

@@ -92,6 +92,10 @@ type Machine struct {
 	// MACs are all the machine's MACs, BootMAC first.
 	MACs []string `json:"macs"`
 	BMC  BMCInfo  `json:"bmc,omitzero"`
+	// Online is the power state the operator wants (metal3's
+	// spec.online); bootyd's host reconciler powers machines with a BMC
+	// accordingly.
+	Online bool `json:"online"`
 
 	// State is the provisioning state (Machine* constants), Status the
 	// operational status (Status* constants).
@@ -245,6 +249,8 @@ type RegisterRequest struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 	BMC     *BMCRequest       `json:"bmc,omitempty"`
 	Spec    MachineSpec       `json:"spec,omitzero"`
+	// Online is the power state the operator wants.
+	Online bool `json:"online,omitempty"`
 	// ExternallyProvisioned registers a machine that already runs its OS.
 	ExternallyProvisioned bool `json:"externallyProvisioned,omitempty"`
 }
@@ -269,6 +275,9 @@ type UpdateRequest struct {
 	MACs       []string          `json:"macs,omitempty"`
 	BMC        *BMCRequest       `json:"bmc,omitempty"`
 	Spec       *MachineSpec      `json:"spec,omitempty"`
+	// Online sets the power state the operator wants; it changes in any
+	// state and does not bump the generation.
+	Online *bool `json:"online,omitempty"`
 }
 
 // ActionRequest is the body of inspect, deprovision, reboot and poweroff

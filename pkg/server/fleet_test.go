@@ -317,3 +317,24 @@ func TestFleetNoAutoDiscovery(t *testing.T) {
 		t.Fatalf("err %v, want ErrNoConfig", l.err)
 	}
 }
+
+// TestOnlineThroughOperatorAPI: online is set at registration, shown, and
+// changed by PATCH without bumping the generation.
+func TestOnlineThroughOperatorAPI(t *testing.T) {
+	e := newEnv(t, nil)
+	reg := api.RegisterRequest{Name: "on-1", BootMAC: "52:54:00:00:20:01", Online: true}
+	if code, _, body := e.do(t, "POST", "/v1/machines", testOperatorToken, reg, nil); code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	d := e.show(t, "on-1")
+	if !d.Online {
+		t.Fatalf("registered online, shown %+v", d.Machine)
+	}
+	off := false
+	if code, _, body := e.do(t, "PATCH", "/v1/machines/on-1", testOperatorToken, api.UpdateRequest{Online: &off}, nil); code != 200 {
+		t.Fatalf("patch online: %d %s", code, body)
+	}
+	if d2 := e.show(t, "on-1"); d2.Online || d2.Generation != d.Generation {
+		t.Fatalf("after online=false: online %v generation %d (was %d)", d2.Online, d2.Generation, d.Generation)
+	}
+}

@@ -77,8 +77,9 @@ func (s *Server) pathMachine(w http.ResponseWriter, r *http.Request) (bmdb.Machi
 
 func apiMachine(m bmdb.Machine) api.Machine {
 	out := api.Machine{ID: m.ID, Name: m.Name, Labels: m.Labels, BootMAC: m.BootMAC, MACs: m.MACs,
-		BMC:   api.BMCInfo{Address: m.BMC.Address, CredentialsRef: m.BMC.CredentialsRef, DisableCertificateVerification: m.BMC.DisableCertificateVerification},
-		State: string(m.State), Status: string(m.Status), Generation: m.Generation,
+		BMC:    api.BMCInfo{Address: m.BMC.Address, CredentialsRef: m.BMC.CredentialsRef, DisableCertificateVerification: m.BMC.DisableCertificateVerification},
+		Online: m.Online,
+		State:  string(m.State), Status: string(m.Status), Generation: m.Generation,
 		Command: string(m.Command), CommandGeneration: m.CommandGeneration,
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, StateChangedAt: m.StateChangedAt}
 	if m.Error.Type != "" || m.Error.Message != "" || m.Error.Count > 0 {
@@ -223,7 +224,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	nm := bmdb.NewMachine{Name: req.Name, BootMAC: req.BootMAC, MACs: req.MACs, Labels: req.Labels, Spec: dbSpec(req.Spec),
-		Message: "registered through the operator API"}
+		Online: req.Online, Message: "registered through the operator API"}
 	if req.ExternallyProvisioned {
 		nm.State = bmdb.StateExternallyProvisioned
 	}
@@ -254,7 +255,7 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeBody(w, r, &req, "UpdateRequest") {
 		return
 	}
-	u := bmdb.MachineUpdate{Name: req.Name, Labels: req.Labels, MACs: req.MACs}
+	u := bmdb.MachineUpdate{Name: req.Name, Labels: req.Labels, MACs: req.MACs, Online: req.Online}
 	if req.Spec != nil {
 		sp := dbSpec(*req.Spec)
 		u.Spec = &sp

@@ -190,8 +190,12 @@ func (r *Recoverer) silence(ctx context.Context, db *bmdb.DB, id string) (string
 		if strings.HasPrefix(s.EndReason, recoveredPrefix) && time.Since(s.EndedAt) > r.StartTimeout {
 			return fmt.Sprintf("no enrollment within %s of the last power cycle", r.StartTimeout), true, nil
 		}
-	case s.HeartbeatAt.Equal(s.StartedAt) && time.Since(s.StartedAt) > r.StartTimeout:
-		return fmt.Sprintf("no heartbeat within %s of enrolling at %s", r.StartTimeout, s.StartedAt.Format(time.RFC3339)), false, nil
+	case s.HeartbeatAt.Equal(s.StartedAt):
+		// No heartbeat yet: only StartTimeout counts, even when it is
+		// longer than HeartbeatTimeout.
+		if time.Since(s.StartedAt) > r.StartTimeout {
+			return fmt.Sprintf("no heartbeat within %s of enrolling at %s", r.StartTimeout, s.StartedAt.Format(time.RFC3339)), false, nil
+		}
 	case time.Since(s.HeartbeatAt) > r.HeartbeatTimeout:
 		return fmt.Sprintf("last heartbeat %s, over %s ago", s.HeartbeatAt.Format(time.RFC3339), r.HeartbeatTimeout), false, nil
 	}

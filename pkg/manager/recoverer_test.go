@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"crypto/x509"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,40 @@ func TestRecoverer(t *testing.T) {
 				t.Fatalf("machine with a live agent was power-cycled: boots %v", b)
 			}
 		})
+	}
+}
+
+// TestRecovererWaitsStartTimeoutForFirstHeartbeat: an agent that enrolled
+// and has not heartbeated yet is given StartTimeout, even when
+// HeartbeatTimeout is shorter; an agent whose heartbeats stopped is silent
+// after HeartbeatTimeout.
+func TestRecovererWaitsStartTimeoutForFirstHeartbeat(t *testing.T) {
+	db := open(t, bmdbtest.Engines()[0].DSN(t))
+	ctx := testCtx(t)
+	pool := x509.NewCertPool()
+	starting, _ := bmcMachine(t, db, "starting", 1, pool)
+	stale, _ := bmcMachine(t, db, "stale", 2, pool)
+	eventually(t, 10*time.Second, "a heartbeat after the enrollment", func() bool {
+		if err := db.Heartbeat(ctx, stale.ID); err != nil {
+			t.Fatal(err)
+		}
+		s, err := db.GetAgentSession(ctx, stale.ID)
+		return err == nil && s.HeartbeatAt.After(s.StartedAt)
+	})
+	rec, err := manager.NewRecoverer(&manager.BMCPowerCycler{DB: db},
+		manager.RecovererConfig{ControlLoopConfig: loopConfig(t, 1), StartTimeout: time.Minute, HeartbeatTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	eventually(t, 10*time.Second, "the stale agent counts as silent", func() bool {
+		ids, err = rec.Candidates(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(ids, stale.ID)
+	})
+	if slices.Contains(ids, starting.ID) {
+		t.Fatalf("an agent enrolled %s ago without a heartbeat counts as silent; its start timeout is a minute", time.Since(starting.CreatedAt).Round(time.Millisecond))
 	}
 }

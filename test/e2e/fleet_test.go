@@ -96,13 +96,21 @@ func (b *bootydProc) kill9(t *testing.T) {
 // op is an operator API call; it fails the test on a non-2xx answer.
 func (b *bootydProc) op(t *testing.T, method, path string, body, out any) {
 	t.Helper()
+	operatorCall(t, "http://127.0.0.1:"+b.port, fleetToken, method, path, body, out)
+}
+
+// operatorCall calls bootyd's operator API at base with token, sending
+// body (JSON, when not nil) and decoding the answer into out (when not
+// nil); it fails the test on a non-2xx answer.
+func operatorCall(t *testing.T, base, token, method, path string, body, out any) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		j, _ := json.Marshal(body)
 		rd = bytes.NewReader(j)
 	}
-	req, _ := http.NewRequest(method, "http://127.0.0.1:"+b.port+path, rd)
-	req.Header.Set("Authorization", "Bearer "+fleetToken)
+	req, _ := http.NewRequest(method, base+path, rd)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)

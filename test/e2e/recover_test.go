@@ -77,12 +77,12 @@ const (
 // credentials, powered on through the BMC into PXE (a direct kernel boot
 // of the agent with only booty.server=), enrolls and heartbeats. The
 // Recoverer (pkg/manager, run by RunControlLoop) runs all along and leaves
-// it alone. The VM is then paused through QMP stop: its heartbeats go
-// stale, the Recoverer power-cycles it through the Redfish BMC (boot
-// device PXE, hard off, on: the paused QEMU is killed, a new one starts),
-// ends the agent session and records an AgentSilentPowerCycled warning
-// naming the stale heartbeat; the new boot's agent enrolls again (a new
-// agent session) and heartbeats.
+// it alone for longer than its heartbeat bound. The VM is then paused
+// through QMP stop: its heartbeats go stale, the Recoverer power-cycles it
+// through the Redfish BMC (boot device PXE, hard off, on: the paused QEMU
+// is killed, a new one starts), ends the agent session and records an
+// AgentSilentPowerCycled warning naming the stale heartbeat; the new
+// boot's agent enrolls again (a new agent session) and heartbeats.
 func TestRecovererPowerCyclesSilentAgent(t *testing.T) {
 	t.Parallel()
 	a := buildArtifacts(t)
@@ -173,8 +173,17 @@ func TestRecovererPowerCyclesSilentAgent(t *testing.T) {
 		return err == nil && first.EndedAt.IsZero() && first.HeartbeatAt.After(first.StartedAt)
 	})
 	t.Logf("enrolled at %s, heartbeating, after %s", first.StartedAt.Format(time.TimeOnly), time.Since(start).Round(time.Second))
-	if got := recoveries(t, db, reg.ID); len(got) != 0 {
-		t.Fatalf("the Recoverer power-cycled a machine whose agent heartbeats: %+v", got)
+	// While it heartbeats, for longer than the Recoverer's bound, the
+	// Recoverer leaves it alone.
+	waitFor(t, "the live agent to outlast the heartbeat bound", 3*time.Minute, func() bool {
+		if got := recoveries(t, db, reg.ID); len(got) != 0 {
+			t.Fatalf("the Recoverer power-cycled a machine whose agent heartbeats: %+v", got)
+		}
+		return time.Since(first.StartedAt) > recoverHeartbeatTimeout+10*time.Second
+	})
+	if s, err := db.GetAgentSession(ctx, reg.ID); err != nil || !s.StartedAt.Equal(first.StartedAt) || !s.EndedAt.IsZero() ||
+		time.Since(s.HeartbeatAt) > recoverHeartbeatTimeout {
+		t.Fatalf("agent session %s after the first heartbeat: %+v, %v; want the same session, heartbeating", time.Since(first.HeartbeatAt).Round(time.Second), s, err)
 	}
 
 	// The agent goes silent: its VM is paused.

@@ -296,3 +296,29 @@ func TestApplyConcurrentChange(t *testing.T) {
 		t.Fatalf("after the refused apply: %v online %v hostname %q; want online kept and only the other operator's change", err, d.Online, d.Spec.Hostname)
 	}
 }
+
+// TestREADMEApplyExampleParses: the README's BareMetalHost example is
+// what apply accepts (its checksum placeholder filled in).
+func TestREADMEApplyExampleParses(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "### Declaring machines: `bootyctl apply`")
+	_, rest, ok2 := strings.Cut(rest, "```yaml\n")
+	doc, _, ok3 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README has no apply example under \"### Declaring machines\"")
+	}
+	doc = strings.ReplaceAll(doc, "9f86d0…", strings.Repeat("9f", 32))
+	dir := t.TempDir()
+	for _, f := range []string{"bmc.pass", "user-data"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs, err := parseHosts([]byte(doc), "README.md", dir)
+	if err != nil || len(hs) != 1 || hs[0].name != "rack1-node3" || hs[0].reg.BMC == nil || hs[0].reg.BMC.Password != "x" {
+		t.Fatalf("the README's example: %v %+v", err, hs)
+	}
+}

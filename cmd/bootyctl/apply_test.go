@@ -81,6 +81,21 @@ func ctlIn(t *testing.T, stdin string, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// ctlRunner returns a function that runs bootyctl with the connection
+// flags c, keeps its stdout and stderr in all, fails the test unless it
+// exits with want, and returns its stdout and stderr.
+func ctlRunner(t *testing.T, c []string, all *strings.Builder) func(want int, args ...string) string {
+	return func(want int, args ...string) string {
+		t.Helper()
+		code, out, stderr := ctl(t, append(args, c...)...)
+		all.WriteString(out + stderr)
+		if code != want {
+			t.Fatalf("bootyctl %s: exit %d, want %d: %s", strings.Join(args, " "), code, want, stderr)
+		}
+		return out + stderr
+	}
+}
+
 // TestApplyAgainstBootyd applies BareMetalHost YAML to the real bootyd:
 // created, unchanged, a dry run that changes nothing, configured, new
 // credentials only, stdin, and the passwords in no output and no log.
@@ -89,15 +104,7 @@ func TestApplyAgainstBootyd(t *testing.T) {
 	srvURL, logs := startBootydWith(t, nil)
 	c := conn(srvURL, tokenFile(t, testToken))
 	var outputs strings.Builder
-	run := func(want int, args ...string) string {
-		t.Helper()
-		code, out, stderr := ctl(t, append(args, c...)...)
-		outputs.WriteString(out + stderr)
-		if code != want {
-			t.Fatalf("bootyctl %s: exit %d, want %d: %s", strings.Join(args, " "), code, want, stderr)
-		}
-		return out + stderr
-	}
+	run := ctlRunner(t, c, &outputs)
 	show := func(name string) api.MachineDetail {
 		t.Helper()
 		var d api.MachineDetail

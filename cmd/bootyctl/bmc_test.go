@@ -47,15 +47,7 @@ func TestBMCCommandsAgainstBootyd(t *testing.T) {
 	srvURL, logs := startBootydWith(t, func(o *server.Options) { o.BMCCACert = ca; fastBMCOptions(o) })
 	c := conn(srvURL, tokenFile(t, testToken))
 	var outputs strings.Builder
-	run := func(want int, args ...string) string {
-		t.Helper()
-		code, out, stderr := ctl(t, append(args, c...)...)
-		outputs.WriteString(out + stderr)
-		if code != want {
-			t.Fatalf("bootyctl %s: exit %d, want %d: %s", strings.Join(args, " "), code, want, stderr)
-		}
-		return out + stderr
-	}
+	run := ctlRunner(t, c, &outputs)
 	t.Setenv("BOOTYCTL_TEST_BMC_PW", bmcPassword)
 	hosts := `apiVersion: booty.dev/v1alpha1
 kind: BareMetalHost

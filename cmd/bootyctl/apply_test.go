@@ -116,6 +116,16 @@ func TestApplyAgainstBootyd(t *testing.T) {
 	dir := t.TempDir()
 	f := writeHosts(t, dir, hostsYAML)
 
+	out := run(0, "apply", "-f", f, "--dry-run")
+	for _, w := range []string{"rack1-node3 created (dry run)\n", "  bootMACAddress: \"52:54:00:12:34:56\"\n", "  labels.rack: \"r1\"\n",
+		"  bmc.credentialsRef: \"bmc-rack1-node3\"\n", "  spec.userData: \"(24 bytes, sha256 ", "rack1-node4 created (dry run)\n"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("dry run of the creation lacks %q:\n%s", w, out)
+		}
+	}
+	if code, _, _ := ctl(t, append([]string{"machines", "show", "rack1-node3"}, c...)...); code != 1 {
+		t.Fatal("--dry-run created rack1-node3")
+	}
 	if out := run(0, "apply", "-f", f); out != "rack1-node3 created\nrack1-node4 created\n" {
 		t.Fatalf("first apply printed %q", out)
 	}
@@ -140,7 +150,7 @@ func TestApplyAgainstBootyd(t *testing.T) {
 
 	changed := strings.Replace(strings.Replace(hostsYAML, "online: true", "online: false", 1), "debian.img.zst", "debian-13.img.zst", 1)
 	writeHosts(t, dir, changed)
-	out := run(0, "apply", "-f", f, "--dry-run")
+	out = run(0, "apply", "-f", f, "--dry-run")
 	for _, w := range []string{"rack1-node3 configured (dry run)", "online: true → false", "spec.image.url: \"https://10.0.0.1/files/debian.img.zst\" → \"https://10.0.0.1/files/debian-13.img.zst\"",
 		"bmc.credentials: username admin, password (not shown)", "rack1-node4 unchanged (dry run)"} {
 		if !strings.Contains(out, w) {

@@ -24,8 +24,17 @@ import (
 // loopback and returns its URL; it stops with the test.
 func startBootyd(t *testing.T) string {
 	t.Helper()
+	url, _ := startBootydWith(t, nil)
+	return url
+}
+
+// startBootydWith is startBootyd with options changed by mutate; it also
+// returns bootyd's logs (debug level: every request) and human output.
+func startBootydWith(t *testing.T, mutate func(*server.Options)) (string, *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	db, err := bmdb.Open(ctx, filepath.Join(t.TempDir(), "bmdb.db"), bmdb.WithLogger(log))
 	if err != nil {
 		t.Fatalf("open BMDB: %v", err)
@@ -35,8 +44,12 @@ func startBootyd(t *testing.T) string {
 		t.Fatal(err)
 	}
 	url := "http://" + ln.Addr().String()
-	srv, err := server.New(server.Options{DB: db, OperatorTokens: []string{testToken}, PublicURL: url, AutoDiscover: true,
-		Output: io.Discard, Logger: log, ShutdownTimeout: 5 * time.Second})
+	opts := server.Options{DB: db, OperatorTokens: []string{testToken}, PublicURL: url, AutoDiscover: true,
+		Output: logs, Logger: log, ShutdownTimeout: 5 * time.Second}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		t.Fatalf("new bootyd: %v", err)
 	}
@@ -49,7 +62,7 @@ func startBootyd(t *testing.T) string {
 		}
 		db.Close()
 	})
-	return url
+	return url, logs
 }
 
 // testAgent speaks the agent side of the protocol (package api) to bootyd,

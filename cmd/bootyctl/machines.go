@@ -34,6 +34,7 @@ func commands() map[string]command {
 	}
 	m := make(map[string]command, len(cs))
 	for _, c := range cs {
+		c.group = "machines"
 		m[c.name] = c
 	}
 	return m
@@ -434,6 +435,14 @@ var bmcSchemes = []string{"ipmi", "redfish", "redfish-virtualmedia", "redfish-ue
 	"idrac-redfish", "idrac-virtualmedia", "ilo5-redfish", "ilo5-virtualmedia"}
 
 func checkBMC(s string) error {
+	if err := checkBMCAddress(s); err != nil {
+		return usageError{"--bmc", err.Error()}
+	}
+	return nil
+}
+
+// checkBMCAddress checks a BMC address: one of bmcSchemes and a host.
+func checkBMCAddress(s string) error {
 	u, err := url.Parse(s)
 	ok := err == nil && u.Host != ""
 	if ok {
@@ -443,9 +452,24 @@ func checkBMC(s string) error {
 		}
 	}
 	if !ok {
-		return usageError{"--bmc", fmt.Sprintf("%q: want SCHEME://HOST[:PORT][/PATH] with SCHEME one of %s", s, strings.Join(bmcSchemes, ", "))}
+		return fmt.Errorf("%q: want SCHEME://HOST[:PORT][/PATH] with SCHEME one of %s", s, strings.Join(bmcSchemes, ", "))
 	}
 	return nil
+}
+
+// readPasswordFile returns the first line of path, the whole of it (a
+// password may start with # or hold spaces). The error names the file,
+// never its content.
+func readPasswordFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	pw, _, _ := strings.Cut(string(b), "\n")
+	if pw = strings.TrimSuffix(pw, "\r"); pw == "" {
+		return "", fmt.Errorf("%s: its first line is empty; want the password there", path)
+	}
+	return pw, nil
 }
 
 func registerCommand() command {
@@ -509,14 +533,9 @@ func registerCommand() command {
 					return usageError{"--bmc-password-file", "and --bmc-username go together"}
 				}
 				if bmcPassFile != "" {
-					b, err := os.ReadFile(bmcPassFile)
+					pw, err := readPasswordFile(bmcPassFile)
 					if err != nil {
-						return fmt.Errorf("read --bmc-password-file: %w", err)
-					}
-					// The whole first line: a password may start with # or hold spaces.
-					pw, _, _ := strings.Cut(string(b), "\n")
-					if pw = strings.TrimSuffix(pw, "\r"); pw == "" {
-						return usageError{"--bmc-password-file", fmt.Sprintf("%s: its first line is empty; want the password there", bmcPassFile)}
+						return usageError{"--bmc-password-file", err.Error()}
 					}
 					req.BMC.Password = pw
 				}

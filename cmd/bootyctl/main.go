@@ -37,6 +37,8 @@ func (e usageError) Error() string { return e.flag + " " + e.msg }
 
 // env is what a command runs with.
 type env struct {
+	// stdin is what apply -f - reads; nil means os.Stdin.
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	conn           connOptions
 	output         string
@@ -48,8 +50,10 @@ type env struct {
 	termSize   func(io.Writer) (int, int)
 }
 
-// command is one `bootyctl machines VERB`.
+// command is one `bootyctl GROUP VERB` (group machines or bmc) or, with
+// no group, `bootyctl VERB` (apply).
 type command struct {
+	group                            string
 	name, args, short, long, example string
 	// flags declares the command's own flags.
 	flags func(fs *pflag.FlagSet)
@@ -59,14 +63,17 @@ type command struct {
 	minArgs, maxArgs int
 }
 
-const topUsage = `bootyctl drives bootyd's fleet of machines: register them, provision and
-deprovision them, follow their state, events and logs, and watch provisions
-live. It talks to bootyd's operator API with an operator token (one line of
-bootyd's --operator-token-file) over HTTPS.
+const topUsage = `bootyctl drives bootyd's fleet of machines: register them (or apply
+BareMetalHost-shaped YAML), provision and deprovision them, power them and
+pick their boot device through their BMC, follow their state, events and
+logs, and watch provisions live. It talks to bootyd's operator API with an
+operator token (one line of bootyd's --operator-token-file) over HTTPS.
 
 Usage:
   bootyctl machines COMMAND [ARGS] [FLAGS]
-  bootyctl machines COMMAND --help     what COMMAND does, with an example
+  bootyctl bmc COMMAND [ARGS] [FLAGS]
+  bootyctl apply -f FILE [FLAGS]
+  bootyctl COMMAND --help              what COMMAND does, with an example
   bootyctl version
 
 Commands:
@@ -77,6 +84,8 @@ Example:
   export BOOTY_SERVER=https://10.0.0.1:8443 BOOTY_TOKEN_FILE=~/.config/booty/token BOOTY_CA_CERT=/etc/booty/ca.crt
   bootyctl machines register --name node-1 --mac 52:54:00:12:34:56 --bmc ipmi://10.0.1.1:623
   bootyctl machines provision node-1 --image http://10.0.0.1/files/debian.raw.zst --checksum sha256:…
+  bootyctl apply -f hosts.yaml
+  bootyctl bmc power on node-1
   bootyctl machines watch
 `
 
@@ -90,18 +99,30 @@ func globalFlags(fs *pflag.FlagSet, e *env) {
 	fs.StringVarP(&e.output, "output", "o", formatTable, "output format: table, json or yaml (json and yaml are what bootyd serves)")
 }
 
+// fullName is what follows "bootyctl" to name the command.
+func (c command) fullName() string {
+	if c.group == "" {
+		return c.name
+	}
+	return c.group + " " + c.name
+}
+
 func commandList() string {
 	var b strings.Builder
-	cmds := commands()
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
+	list := func(cmds map[string]command) {
+		for _, n := range sortedNames(cmds) {
+			c := cmds[n]
+			use := c.fullName() + " " + c.args
+			if len(use) > 36 {
+				use += "\n" + strings.Repeat(" ", 38)
+			}
+			fmt.Fprintf(&b, "  %-36s %s\n", use, c.short)
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		c := cmds[n]
-		fmt.Fprintf(&b, "  %-36s %s\n", "machines "+c.name+" "+c.args, c.short)
-	}
+	a := applyCommand()
+	list(map[string]command{a.name: a})
+	list(bmcCommands())
+	list(commands())
 	return b.String()
 }
 
@@ -113,7 +134,7 @@ func printTopUsage(w io.Writer) {
 }
 
 func printCommandUsage(w io.Writer, c command, fs *pflag.FlagSet) {
-	fmt.Fprintf(w, "bootyctl machines %s %s\n\n%s\n", c.name, c.args, c.long)
+	fmt.Fprintf(w, "bootyctl %s %s\n\n%s\n", c.fullName(), c.args, c.long)
 	if c.example != "" {
 		fmt.Fprintf(w, "\nExample:\n%s\n", c.example)
 	}
@@ -143,24 +164,36 @@ func runEnv(ctx context.Context, e *env, args []string) int {
 		printTopUsage(e.stdout)
 		return 0
 	}
+	var (
+		c    command
+		rest []string
+	)
 	switch args[0] {
 	case "version":
 		fmt.Fprintln(e.stdout, "bootyctl", version)
 		return 0
-	case "machines", "machine":
+	case "apply":
+		c, rest = applyCommand(), args[1:]
+	case "machines", "machine", "bmc":
+		group, cmds := "machines", commands()
+		if args[0] == "bmc" {
+			group, cmds = "bmc", bmcCommands()
+		}
+		if len(args) < 2 || args[1] == "-h" || args[1] == "--help" {
+			printTopUsage(e.stdout)
+			return 0
+		}
+		var ok bool
+		if c, ok = cmds[args[1]]; !ok {
+			return fail(2, "unknown command %q: want one of %s", group+" "+args[1], strings.Join(sortedNames(cmds), ", "))
+		}
+		rest = args[2:]
 	default:
-		return fail(2, "unknown command %q: want machines or version", args[0])
+		return fail(2, "unknown command %q: want machines, bmc, apply or version", args[0])
 	}
-	if len(args) < 2 || args[1] == "-h" || args[1] == "--help" {
-		printTopUsage(e.stdout)
-		return 0
-	}
-	c, ok := commands()[args[1]]
-	if !ok {
-		return fail(2, "unknown command %q: want one of %s", "machines "+args[1], strings.Join(commandNames(), ", "))
-	}
-	help = "bootyctl machines " + c.name + " --help"
-	fs := pflag.NewFlagSet("bootyctl machines "+c.name, pflag.ContinueOnError)
+	full := c.fullName()
+	help = "bootyctl " + full + " --help"
+	fs := pflag.NewFlagSet("bootyctl "+full, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.SortFlags = false
@@ -168,13 +201,13 @@ func runEnv(ctx context.Context, e *env, args []string) int {
 		c.flags(fs)
 	}
 	globalFlags(fs, e)
-	err := fs.Parse(args[2:])
+	err := fs.Parse(rest)
 	if errors.Is(err, pflag.ErrHelp) {
 		printCommandUsage(e.stdout, c, fs)
 		return 0
 	}
 	if err != nil {
-		return fail(2, "machines %s: %v", c.name, err)
+		return fail(2, "%s: %v", full, err)
 	}
 	pos := fs.Args()
 	if len(pos) < c.minArgs || (c.maxArgs >= 0 && len(pos) > c.maxArgs) {
@@ -182,37 +215,48 @@ func runEnv(ctx context.Context, e *env, args []string) int {
 		if want == "" {
 			want = "no arguments"
 		}
-		return fail(2, "machines %s: got %d argument(s) %q, want %s", c.name, len(pos), pos, want)
+		return fail(2, "%s: got %d argument(s) %q, want %s", full, len(pos), pos, want)
 	}
 	if err := checkFormat(e.output); err != nil {
-		return fail(2, "machines %s: %v", c.name, err)
+		return fail(2, "%s: %v", full, err)
 	}
 	cl, err := newClient(e.conn)
 	if err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
-			return fail(2, "machines %s: %v", c.name, err)
+			return fail(2, "%s: %v", full, err)
 		}
-		return fail(1, "machines %s: %v", c.name, err)
+		return fail(1, "%s: %v", full, err)
 	}
 	if err := c.run(ctx, e, cl, pos, fs); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
-			return fail(2, "machines %s: %v", c.name, err)
+			return fail(2, "%s: %v", full, err)
 		}
 		if ctx.Err() != nil && c.name == "watch" {
 			return 0
 		}
-		return fail(1, "machines %s: %v", c.name, err)
+		return fail(1, "%s: %v", full, err)
 	}
 	return 0
 }
 
-func commandNames() []string {
+// sortedNames returns the names of cmds, sorted.
+func sortedNames(cmds map[string]command) []string {
 	var n []string
-	for k := range commands() {
+	for k := range cmds {
 		n = append(n, k)
 	}
 	sort.Strings(n)
 	return n
 }
+
+// stdinReader returns e.stdin, or os.Stdin when unset.
+func (e *env) stdinReader() io.Reader {
+	if e.stdin == nil {
+		return os.Stdin
+	}
+	return e.stdin
+}
+
+func commandNames() []string { return sortedNames(commands()) }

@@ -106,13 +106,22 @@ func TestHelpExplainsEveryCommandWithAnExample(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
-	for name := range commands() {
-		if !strings.Contains(out, "machines "+name) {
-			t.Errorf("top-level help does not list machines %s", name)
+	all := []command{applyCommand()}
+	for _, group := range []map[string]command{commands(), bmcCommands()} {
+		for _, c := range group {
+			all = append(all, c)
 		}
-		code, out, _ := ctl(t, "machines", name, "--help")
-		if code != 0 || !strings.Contains(out, "Example:\n  bootyctl machines "+name) || !strings.Contains(out, "--server") {
-			t.Errorf("machines %s --help (exit %d) lacks an example or the global flags:\n%s", name, code, out)
+	}
+	for _, c := range all {
+		name := c.fullName()
+		if !strings.Contains(out, name+" ") {
+			t.Errorf("top-level help does not list %s", name)
+		}
+		code, out, _ := ctl(t, append(strings.Fields(name), "--help")...)
+		_, ex, found := strings.Cut(out, "Example:\n")
+		ex, _, _ = strings.Cut(ex, "\nFlags:")
+		if code != 0 || !found || !strings.Contains(ex, "  bootyctl "+name) || !strings.Contains(out, "--server") {
+			t.Errorf("%s --help (exit %d) lacks an example or the global flags:\n%s", name, code, out)
 		}
 	}
 }

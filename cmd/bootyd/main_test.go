@@ -236,7 +236,7 @@ func TestHelp(t *testing.T) {
 	for _, w := range []string{"Example:", "bootyd --state-dir", "--db", "--operator-token-file", "--auto-discover", "--configs", "--default-config", "--files", "--state-dir",
 		"--public-url", "--ipxe-kernel", "--ipxe-initrd", "--ipxe-cmdline", "--allow-no-token", "--listen",
 		"--tls-cert", "--tls-key", "--insecure-http", "--log-level", "--log-format", "--shutdown-timeout",
-		"--max-file-conns", "--file-write-timeout", "--file-min-rate", "--idle-timeout"} {
+		"--max-file-conns", "--file-write-timeout", "--file-min-rate", "--idle-timeout", "--bmc-ca-cert"} {
 		if !strings.Contains(help, w) {
 			t.Errorf("--help lacks %q", w)
 		}
@@ -261,6 +261,7 @@ func TestFlagErrors(t *testing.T) {
 		{"no database", []string{"--insecure-http", "--configs", configs}, 2, "no database: give --state-dir"},
 		{"missing config dir", []string{"--insecure-http", "--state-dir", t.TempDir(), "--configs", configs + "/nope"}, 1, "config directory"},
 		{"unreadable cert", []string{"--state-dir", t.TempDir(), "--configs", configs, "--tls-cert", configs + "/no.pem", "--tls-key", configs + "/no.key"}, 1, "load TLS certificate"},
+		{"missing BMC CA", []string{"--insecure-http", "--state-dir", t.TempDir(), "--bmc-ca-cert", configs + "/no-ca.pem"}, 1, "read BMC CA certificate"},
 		{"short operator token", []string{"--insecure-http", "--state-dir", t.TempDir(), "--operator-token-file", shortTokens(t)}, 1, "shorter than 16"},
 	}
 	for _, tt := range tests {

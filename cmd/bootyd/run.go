@@ -118,6 +118,7 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.DurationVar(&c.opts.FileWriteTimeout, "file-write-timeout", server.DefaultFileWriteTimeout, "each 4 MiB of a /files/ download must be sent within this plus its time at --file-min-rate, else the client is dropped")
 	fs.Int64Var(&c.opts.FileMinRate, "file-min-rate", server.DefaultFileMinRate, "slowest /files/ client tolerated, in bytes per second (see --file-write-timeout)")
 	fs.DurationVar(&c.opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
+	fs.StringVar(&c.opts.BMCCACert, "bmc-ca-cert", "", "PEM CA certificates that verify Redfish BMCs' TLS certificates, in addition to the system's roots")
 	return fs
 }
 

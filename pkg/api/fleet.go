@@ -375,3 +375,47 @@ type CommandResult struct {
 	Error      string           `json:"error,omitempty"`
 	Hardware   *HardwareDetails `json:"hardware,omitempty"`
 }
+
+// The BMC routes (operator token): bootyd drives a machine's BMC with the
+// credentials it stores, which never leave it. Each call waits until the
+// BMC reports the wanted power state (bounded) and is recorded as a machine
+// event naming the operator token (by its line in --operator-token-file),
+// the client's address and the outcome.
+//
+//	GET  /v1/machines/{machine}/bmc/power    BMCPower (the state the BMC reports)
+//	POST /v1/machines/{machine}/bmc/power    BMCPowerRequest      → BMCPower (the state after the action)
+//	POST /v1/machines/{machine}/bmc/bootdev  BMCBootDeviceRequest → BMCBootDeviceRequest (as set)
+//
+// 400 for a bad action, device or mode; 409 when the machine has no BMC
+// address or no stored credentials, or another BMC call on it runs; 502
+// with the BMC's error (never a credential) when the BMC refused, failed or
+// did not reach the wanted state.
+
+// Power actions of BMCPowerRequest.
+const (
+	PowerActionOn      = "on"
+	PowerActionOff     = "off"      // hard: the power is cut
+	PowerActionSoftOff = "soft-off" // ACPI: the OS shuts down
+	PowerActionReset   = "reset"    // hard restart; turns on a machine that is off
+)
+
+// BMCPowerRequest is the body of POST /v1/machines/{machine}/bmc/power.
+type BMCPowerRequest struct {
+	Action string `json:"action"`
+}
+
+// BMCPower is a machine's power as its BMC reports it: On, Off,
+// PoweringOn, PoweringOff or Unknown.
+type BMCPower struct {
+	State string `json:"state"`
+}
+
+// BMCBootDeviceRequest is the body of POST /v1/machines/{machine}/bmc/bootdev:
+// the device the machine boots from next time (every time when
+// Persistent), pxe, disk or cdrom, in firmware Mode uefi (the default) or
+// legacy.
+type BMCBootDeviceRequest struct {
+	Device     string `json:"device"`
+	Persistent bool   `json:"persistent,omitempty"`
+	Mode       string `json:"mode,omitempty"`
+}

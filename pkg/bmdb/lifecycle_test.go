@@ -247,3 +247,47 @@ func TestOnline(t *testing.T) {
 		}
 	})
 }
+
+// TestCredentialsWithTheMachine: credentials given with a machine are
+// stored in its transaction: a refused creation or a stale update leaves
+// the secret store as it was; equal credentials are no change, new ones
+// are a change ("bmc credentials") without a new generation.
+func TestCredentialsWithTheMachine(t *testing.T) {
+	engines(t, func(t *testing.T, db *bmdb.DB) {
+		bmc := bmdb.BMC{Address: "ipmi://127.0.0.1:623", CredentialsRef: "bmc-c"}
+		m := must[bmdb.Machine](t)(db.CreateMachine(ctx(t), bmdb.NewMachine{Name: "c", BootMAC: mac(20), BMC: bmc,
+			Credentials: &bmdb.Credentials{Username: "admin", Password: "first"}}))
+		// Name taken, MAC taken: refused, and bmc-c keeps its password.
+		for i, nm := range []bmdb.NewMachine{{Name: "c", BootMAC: mac(21)}, {Name: "c2", BootMAC: mac(20)}} {
+			nm.BMC, nm.Credentials = bmc, &bmdb.Credentials{Username: "admin", Password: "thief"}
+			if _, err := db.CreateMachine(ctx(t), nm); !errors.Is(err, bmdb.ErrConflict) {
+				t.Fatalf("refused creation %d: %v, want ErrConflict", i, err)
+			}
+		}
+		if _, err := db.CreateMachine(ctx(t), bmdb.NewMachine{Name: "c3", BootMAC: mac(22), Credentials: &bmdb.Credentials{Username: "admin", Password: "x"}}); !errors.Is(err, bmdb.ErrInvalid) {
+			t.Fatalf("credentials without a reference: %v, want ErrInvalid", err)
+		}
+		if _, err := db.UpdateMachine(ctx(t), m.ID, m.Generation+1, bmdb.MachineUpdate{Credentials: &bmdb.Credentials{Username: "admin", Password: "stale"}}); !errors.Is(err, bmdb.ErrStaleGeneration) {
+			t.Fatalf("stale update: %v, want ErrStaleGeneration", err)
+		}
+		if c := must[bmdb.Credentials](t)(db.GetCredentials(ctx(t), "bmc-c")); c.Password != "first" {
+			t.Fatal("a refused creation or update replaced the credentials")
+		}
+		if names := must[[]string](t)(db.ListCredentials(ctx(t))); len(names) != 1 {
+			t.Fatalf("credentials stored: %v, want only bmc-c", names)
+		}
+		evs := must[[]bmdb.Event](t)(db.Events(ctx(t), m.ID, 0, 100))
+		m2 := must[bmdb.Machine](t)(db.UpdateMachine(ctx(t), m.ID, m.Generation, bmdb.MachineUpdate{Credentials: &bmdb.Credentials{Username: "admin", Password: "first"}}))
+		if evs2 := must[[]bmdb.Event](t)(db.Events(ctx(t), m.ID, 0, 100)); len(evs2) != len(evs) || !m2.UpdatedAt.Equal(m.UpdatedAt) {
+			t.Fatal("equal credentials counted as a change")
+		}
+		m3 := must[bmdb.Machine](t)(db.UpdateMachine(ctx(t), m.ID, m.Generation, bmdb.MachineUpdate{Credentials: &bmdb.Credentials{Username: "admin", Password: "second"}}))
+		evs3 := must[[]bmdb.Event](t)(db.Events(ctx(t), m.ID, 0, 100))
+		if last := evs3[len(evs3)-1]; m3.Generation != m.Generation || last.Message != "changed bmc credentials" || strings.Contains(last.Message, "second") {
+			t.Fatalf("new credentials: generation %d (was %d), last event %q", m3.Generation, m.Generation, last.Message)
+		}
+		if c := must[bmdb.Credentials](t)(db.GetCredentials(ctx(t), "bmc-c")); c.Password != "second" {
+			t.Fatal("the update did not store the new credentials")
+		}
+	})
+}

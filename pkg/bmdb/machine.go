@@ -116,6 +116,10 @@ type NewMachine struct {
 	Spec Spec
 	// Online is the power state the operator wants.
 	Online bool
+	// Credentials, when non-nil, are stored under BMC.CredentialsRef in
+	// the transaction that creates the machine: a refused machine leaves
+	// no credentials behind.
+	Credentials *Credentials
 	// State is StateRegistering (the default) or StateExternallyProvisioned
 	// for a machine that already runs its OS.
 	State State
@@ -272,8 +276,19 @@ func (db *DB) CreateMachine(ctx context.Context, nm NewMachine) (Machine, error)
 	default:
 		return Machine{}, fmt.Errorf("create machine %s: initial state %q (want registering or externally provisioned): %w", nm.Name, state, ErrInvalid)
 	}
+	var creds string
+	if nm.Credentials != nil {
+		if creds, err = encodeCredentials(nm.BMC.CredentialsRef, *nm.Credentials); err != nil {
+			return Machine{}, fmt.Errorf("create machine %s: %w", nm.Name, err)
+		}
+	}
 	id := newID()
 	err = db.write(ctx, "create machine "+nm.Name, func(tx *sql.Tx) error {
+		if creds != "" {
+			if _, err := db.putCredentialsTx(ctx, tx, nm.BMC.CredentialsRef, creds); err != nil {
+				return fmt.Errorf("create machine %s: %w", nm.Name, err)
+			}
+		}
 		return db.insertMachine(ctx, tx, id, nm.Name, nm.Labels, macs, nm.BMC, nm.Online, spec, state, StatusOK, "Registered", nm.Message)
 	})
 	if err != nil {
@@ -502,9 +517,15 @@ type MachineUpdate struct {
 	// Online, when non-nil, sets the power state the operator wants. It
 	// changes in any state and does not bump the generation.
 	Online *bool
+	// Credentials, when non-nil, are stored under the BMC's credentials
+	// reference (BMC's when set, else the machine's) in the update's
+	// transaction; new values count as a change ("bmc credentials") but do
+	// not bump the generation.
+	Credentials *Credentials
 }
 
-// UpdateMachine changes a machine's name, labels, BMC, spec, MACs or online. With a
+// UpdateMachine changes a machine's name, labels, BMC (and its stored
+// credentials, in the same transaction), spec, MACs or online. With a
 // non-zero generation it first checks it is the machine's (else
 // ErrStaleGeneration). A change of the spec bumps the generation. The spec
 // cannot change while an install runs (preparing, provisioning,
@@ -538,6 +559,14 @@ func (db *DB) UpdateMachine(ctx context.Context, id string, generation int64, u 
 	if u.MACs != nil {
 		var err error
 		if macs, err = parseMACs(u.MACs); err != nil {
+			return Machine{}, fmt.Errorf("update machine %s: %w", id, err)
+		}
+	}
+	var creds string
+	if u.Credentials != nil {
+		var err error
+		// The name is checked once the reference is known, in the transaction.
+		if creds, err = encodeCredentials("-", *u.Credentials); err != nil {
 			return Machine{}, fmt.Errorf("update machine %s: %w", id, err)
 		}
 	}
@@ -576,6 +605,22 @@ func (db *DB) UpdateMachine(ctx context.Context, id string, generation int64, u 
 				}
 				sets, args, changed = append(sets, "spec = ?"), append(args, spec), append(changed, "spec")
 				gen = m.Generation + 1
+			}
+		}
+		if creds != "" {
+			ref := m.BMC.CredentialsRef
+			if u.BMC != nil {
+				ref = u.BMC.CredentialsRef
+			}
+			if ref == "" || len(ref) > maxNameLen {
+				return fmt.Errorf("update machine %s: credentials need a credentials reference of 1 to %d characters: %w", m.Name, maxNameLen, ErrInvalid)
+			}
+			put, err := db.putCredentialsTx(ctx, tx, ref, creds)
+			if err != nil {
+				return fmt.Errorf("update machine %s: %w", m.Name, err)
+			}
+			if put {
+				changed = append(changed, "bmc credentials")
 			}
 		}
 		if macs != nil {
@@ -675,24 +720,49 @@ func (c Credentials) LogValue() slog.Value {
 
 // PutCredentials stores (or replaces) the credentials named name.
 func (db *DB) PutCredentials(ctx context.Context, name string, c Credentials) error {
+	v, err := encodeCredentials(name, c)
+	if err != nil {
+		return err
+	}
+	return db.write(ctx, "put credentials "+name, func(tx *sql.Tx) error {
+		_, err := db.putCredentialsTx(ctx, tx, name, v)
+		return err
+	})
+}
+
+// encodeCredentials checks a credentials name and value and returns the
+// value as stored.
+func encodeCredentials(name string, c Credentials) (string, error) {
 	if name == "" || len(name) > maxNameLen {
-		return fmt.Errorf("put credentials: name is empty or longer than %d: %w", maxNameLen, ErrInvalid)
+		return "", fmt.Errorf("put credentials: name is empty or longer than %d: %w", maxNameLen, ErrInvalid)
 	}
 	if c.Username == "" {
-		return fmt.Errorf("put credentials %s: username is empty: %w", name, ErrInvalid)
+		return "", fmt.Errorf("put credentials %s: username is empty: %w", name, ErrInvalid)
 	}
 	b, err := json.Marshal(c)
 	if err != nil {
-		return fmt.Errorf("put credentials %s: %w", name, err)
+		return "", fmt.Errorf("put credentials %s: %w", name, err)
 	}
-	return db.write(ctx, "put credentials "+name, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO secrets (name, value, updated_at) VALUES (?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`), name, string(b), ms(now()))
-		if err != nil {
-			return fmt.Errorf("put credentials %s: %w", name, err)
-		}
-		return nil
-	})
+	return string(b), nil
+}
+
+// putCredentialsTx stores the encoded credentials v under name in tx and
+// reports whether that changed what was stored.
+func (db *DB) putCredentialsTx(ctx context.Context, tx *sql.Tx, name, v string) (bool, error) {
+	var old string
+	err := tx.QueryRowContext(ctx, db.q("SELECT value FROM secrets WHERE name = ?"), name).Scan(&old)
+	switch {
+	case err == nil && old == v:
+		return false, nil
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return false, fmt.Errorf("put credentials %s: %w", name, err)
+	}
+	_, err = tx.ExecContext(ctx, db.q(`INSERT INTO secrets (name, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`), name, v, ms(now()))
+	if err != nil {
+		return false, fmt.Errorf("put credentials %s: %w", name, err)
+	}
+	return true, nil
 }
 
 // GetCredentials returns the credentials named name, or ErrNotFound.

@@ -45,6 +45,7 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("GET /v1/machines/{machine}/events", s.operator(s.handleEvents))
 	mux.HandleFunc("GET /v1/machines/{machine}/logs", s.operator(s.handleMachineLogs))
+	s.bmcRoutes(mux)
 	return s.logRequests(mux)
 }
 

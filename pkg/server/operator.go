@@ -202,18 +202,20 @@ func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.detail(r.Context(), m))
 }
 
-// putBMC stores BMC credentials when given and returns the BMC to record.
-func (s *Server) putBMC(ctx context.Context, name string, b *api.BMCRequest) (bmdb.BMC, error) {
+// dbBMC returns the BMC to record and, when the request carries a user name
+// or password, the credentials to store with it (under CredentialsRef,
+// default "bmc-<machine name>"). Nothing is stored here: the BMDB writes
+// the credentials in the machine's own transaction, so a refused request
+// leaves none behind.
+func dbBMC(name string, b *api.BMCRequest) (bmdb.BMC, *bmdb.Credentials) {
 	out := bmdb.BMC{Address: b.Address, CredentialsRef: b.CredentialsRef, DisableCertificateVerification: b.DisableCertificateVerification}
-	if b.Username != "" || b.Password != "" {
-		if out.CredentialsRef == "" {
-			out.CredentialsRef = "bmc-" + name
-		}
-		if err := s.db.PutCredentials(ctx, out.CredentialsRef, bmdb.Credentials{Username: b.Username, Password: b.Password}); err != nil {
-			return out, err
-		}
+	if b.Username == "" && b.Password == "" {
+		return out, nil
 	}
-	return out, nil
+	if out.CredentialsRef == "" {
+		out.CredentialsRef = "bmc-" + name
+	}
+	return out, &bmdb.Credentials{Username: b.Username, Password: b.Password}
 }
 
 // handleRegister answers POST /v1/machines.
@@ -229,12 +231,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		nm.State = bmdb.StateExternallyProvisioned
 	}
 	if req.BMC != nil {
-		b, err := s.putBMC(ctx, req.Name, req.BMC)
-		if err != nil {
-			s.dbError(w, "register machine: store BMC credentials", err)
-			return
-		}
-		nm.BMC = b
+		nm.BMC, nm.Credentials = dbBMC(req.Name, req.BMC)
 	}
 	m, err := s.db.CreateMachine(ctx, nm)
 	if err != nil {
@@ -261,12 +258,8 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 		u.Spec = &sp
 	}
 	if req.BMC != nil {
-		b, err := s.putBMC(r.Context(), m.Name, req.BMC)
-		if err != nil {
-			s.dbError(w, "update machine: store BMC credentials", err)
-			return
-		}
-		u.BMC = &b
+		b, creds := dbBMC(m.Name, req.BMC)
+		u.BMC, u.Credentials = &b, creds
 	}
 	m, err := s.db.UpdateMachine(r.Context(), m.ID, req.Generation, u)
 	if err != nil {

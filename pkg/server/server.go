@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/booty-dev/booty/pkg/bmc"
 	"github.com/booty-dev/booty/pkg/bmdb"
 )
 
@@ -107,6 +108,12 @@ type Options struct {
 	// ReportRate and ReportBurst bound the reports (log lines count one
 	// each) per second and machine (429 past them).
 	ReportRate, ReportBurst int
+	// BMC tunes the BMC drivers of the /bmc/ routes (timeouts, retries,
+	// root CAs); zero fields are the drivers' defaults.
+	BMC bmc.Options
+	// BMCCACert is a PEM file of CA certificates that verify Redfish BMCs,
+	// in addition to BMC.RootCAs (default the system's roots).
+	BMCCACert string
 }
 
 // Server is bootyd's HTTP service and machine state store.
@@ -126,6 +133,7 @@ type Server struct {
 
 	db    *bmdb.DB
 	limit limiter
+	bmc   *bmcState
 }
 
 // New checks opts, fills defaults, loads persisted state from StateDir
@@ -217,6 +225,10 @@ func New(opts Options) (*Server, error) {
 		changed:   make(chan struct{}),
 		db:        opts.DB,
 		limit:     limiter{rate: float64(opts.ReportRate), burst: float64(opts.ReportBurst)},
+	}
+	var err error
+	if s.bmc, err = newBMCState(opts); err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
 	}
 	if opts.StateDir != "" {
 		if err := s.loadState(); err != nil {

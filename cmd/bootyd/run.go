@@ -31,6 +31,9 @@ stdout (its own logs go to stderr; neither ever holds a token or user data).
 Routes (see pkg/api/fleet.go):
   /v1/machines[/{machine}[/inspect|provision|deprovision|reboot|poweroff|events|logs]]
                                      the operator API (Bearer operator token)
+  GET|POST /v1/machines/{machine}/bmc/power, POST …/bmc/bootdev
+                                     the machine's BMC, with the credentials
+                                     bootyd keeps (Bearer operator token)
   POST /v1/enroll, /v1/machines/{mac}/heartbeat|command|status|progress|logs|health
                                      the agent protocol (Bearer machine token)
   GET  /v1/boot.ipxe, /v1/machines/{mac}/ipxe   iPXE scripts (need --public-url)

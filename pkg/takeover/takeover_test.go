@@ -49,8 +49,11 @@ type bootyd struct {
 	tamper func(*api.AgentBoot)
 }
 
-// newBootyd starts it; public makes its answers absolute URLs.
-func newBootyd(t *testing.T, public bool) *bootyd {
+// newBootyd starts it over TLS; public makes its answers absolute URLs.
+func newBootyd(t *testing.T, public bool) *bootyd { return startBootyd(t, public, true) }
+
+// startBootyd starts it over TLS or plain http.
+func startBootyd(t *testing.T, public, useTLS bool) *bootyd {
 	t.Helper()
 	b := &bootyd{files: t.TempDir()}
 	b.kernel = bytes.Repeat([]byte("KERNEL\x00\x01"), 64<<10) // 512 KiB
@@ -78,10 +81,14 @@ func newBootyd(t *testing.T, public bool) *bootyd {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(ab)
 	}))
-	ts.StartTLS()
+	if useTLS {
+		ts.StartTLS()
+		b.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	} else {
+		ts.Start()
+	}
 	t.Cleanup(ts.Close)
 	b.url = ts.URL
-	b.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
 	db, err := bmdb.Open(context.Background(), filepath.Join(t.TempDir(), "bmdb.db"), bmdb.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +195,24 @@ func TestRunLoadsTheVerifiedAgent(t *testing.T) {
 			}
 			checkCAArchive(t, rest[1:], b.caPEM)
 		})
+	}
+}
+
+// TestRunPlainHTTPWithoutCA: with --insecure-http and no CA, the agent is
+// told booty.insecure-http=1 and its initramfs is bootyd's, unchanged.
+func TestRunPlainHTTPWithoutCA(t *testing.T) {
+	b := startBootyd(t, true, false)
+	m := &machine{}
+	o := m.options(t, b)
+	o.CACert, o.InsecureHTTP = nil, true
+	if err := takeover.Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if want := "booty.server=" + b.url + " booty.insecure-http=1 console=ttyS0,115200 quiet"; m.cmdline != want {
+		t.Errorf("cmdline %q, want %q", m.cmdline, want)
+	}
+	if !bytes.Equal(m.initrd, b.initrd) || !bytes.Equal(m.kernel, b.kernel) {
+		t.Errorf("loaded %d/%d bytes, want bootyd's files unchanged", len(m.kernel), len(m.initrd))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,16 +42,21 @@ func runTakeover(args []string, stdout, stderr io.Writer, adjust func(*takeover.
 			"initramfs (/%s) and loads them with kexec_file_load and\n"+
 			"the command line booty.server=URL plus bootyd's kernel arguments. Nothing on\n"+
 			"the machine changes before all of this succeeded; any failure exits 1 naming\n"+
-			"it. Then it prints %q, closes its output, syncs the disks and\n"+
-			"reboots into the agent at once (no shutdown of running services), which\n"+
-			"enrolls with bootyd.\n\n", takeover.CAPath, takeover.OKLine)
+			"it. Then it prints %q and exits 0; a process it leaves behind\n"+
+			"syncs the disks and reboots into the agent a second later (no shutdown of\n"+
+			"running services), which enrolls with bootyd.\n\n", takeover.CAPath, takeover.OKLine)
 		fs.PrintDefaults()
 	}
 	server := fs.String("server", "", "bootyd's `URL` the agent enrolls with (https)")
 	caFile := fs.String("ca-cert", "", "PEM `FILE` with bootyd's CA; verifies the downloads and is trusted by the agent")
 	insecure := fs.Bool("insecure-http", false, "allow a plain http:// --server (and tell the agent so)")
+	reboot := fs.Bool(strings.TrimPrefix(takeover.RebootArg, "--"), false, "internal: reboot into the loaded kernel once the parent exited")
+	_ = fs.MarkHidden(strings.TrimPrefix(takeover.RebootArg, "--"))
 	if code := parseFlags(fs, args, stderr, "booty takeover"); code >= 0 {
 		return code
+	}
+	if *reboot {
+		return runTakeoverReboot(adjust)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "booty takeover: unexpected argument %q\nRun 'booty takeover --help' for usage.\n", fs.Arg(0))
@@ -84,6 +90,27 @@ func runTakeover(args []string, stdout, stderr io.Writer, adjust func(*takeover.
 	defer cancel()
 	if err := takeover.Run(ctx, o); err != nil {
 		fmt.Fprintf(stderr, "booty %v\n", err) // "booty takeover: ..."
+		return 1
+	}
+	return 0
+}
+
+// runTakeoverReboot is the rebooter `booty takeover` leaves behind. Its
+// standard streams are /dev/null; it logs to the kernel log (/dev/kmsg)
+// when it can, so a failure shows in dmesg.
+func runTakeoverReboot(adjust func(*takeover.Options)) int {
+	var w io.Writer = io.Discard
+	if kmsg, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0); err == nil {
+		defer kmsg.Close()
+		w = kmsg
+	}
+	o := takeover.Options{Log: slog.New(slog.NewTextHandler(w, nil))}
+	if adjust != nil {
+		adjust(&o)
+	}
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	if err := takeover.RebootLoaded(o); err != nil {
+		o.Log.Error("booty takeover", "err", err)
 		return 1
 	}
 	return 0

@@ -16,9 +16,10 @@
 // "booty.server=URL [booty.insecure-http=1] <bootyd's arguments>". Nothing
 // on the machine changes before all of this succeeded: every failure is
 // returned with the machine as it was. Then it prints OKLine on its
-// output, closes it (so sshd forwards the line and ends the session's
-// output), syncs and reboots into the loaded kernel
-// (reboot(LINUX_REBOOT_CMD_KEXEC)).
+// output and exits 0, so that sshd sends the exit status and ends the
+// session; a process it started detached (`booty takeover --kexec-reboot`,
+// RebootLoaded) waits for that, syncs and reboots into the loaded kernel
+// (reboot(LINUX_REBOOT_CMD_KEXEC)). Running services are not stopped.
 package takeover
 
 import (
@@ -36,8 +37,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/u-root/mkuimage/cpio"
@@ -93,12 +96,16 @@ type Options struct {
 
 	// Stdout receives OKLine; default os.Stdout.
 	Stdout io.Writer
-	// CloseOutput runs after OKLine is written and before the reboot;
-	// default DrainAndClose(os.Stdout, os.Stderr).
-	CloseOutput func() error
-	// Grace is the wait after CloseOutput for sshd to send the line
-	// before the kernel is replaced; default 1 s.
+	// Detach starts the process that reboots into the loaded kernel once
+	// this one exited (RebootLoaded); default StartRebooter. When it
+	// fails, Run reboots itself.
+	Detach func() error
+	// Grace is how long RebootLoaded waits after its parent exited, for
+	// sshd to send the exit status; default 1 s.
 	Grace time.Duration
+	// ParentExited reports whether the process that started RebootLoaded
+	// ended; default: the parent process ID changed.
+	ParentExited func() bool
 	// Log gets progress; default discards.
 	Log *slog.Logger
 	// Client sends the requests; nil builds one from CACert.
@@ -122,8 +129,12 @@ func (o *Options) defaults() {
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
 	}
-	if o.CloseOutput == nil {
-		o.CloseOutput = func() error { return DrainAndClose(5*time.Second, os.Stdout, os.Stderr) }
+	if o.Detach == nil {
+		o.Detach = StartRebooter
+	}
+	if o.ParentExited == nil {
+		ppid := os.Getppid()
+		o.ParentExited = func() bool { return os.Getppid() != ppid }
 	}
 	if o.Grace == 0 {
 		o.Grace = time.Second
@@ -160,8 +171,12 @@ type Plan struct {
 	Cmdline string
 }
 
-// Run takes the machine over (see the package doc). It returns only on
-// failure, or after a Reboot that returned nil (tests). Failures before
+// Run takes the machine over (see the package doc). After the OK line it
+// starts the rebooter (Detach) and returns nil, so that this process exits
+// 0, sshd sends the exit status and ends the session, and only then the
+// rebooter replaces the kernel. When the rebooter cannot start, Run syncs
+// and reboots into the kernel itself (the SSH session then drops, which
+// the Initializer takes as success after the OK line). Failures before
 // the OK line leave the machine as it was.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
@@ -172,18 +187,64 @@ func Run(ctx context.Context, o Options) error {
 	if err := p.load(o); err != nil {
 		return err
 	}
-	o.Log.Info("agent kernel loaded; rebooting into it", "kernel_sha256", p.Boot.Kernel.SHA256, "initrd_sha256", p.Boot.Initrd.SHA256)
+	o.Log.Info("agent kernel loaded", "kernel_sha256", p.Boot.Kernel.SHA256, "initrd_sha256", p.Boot.Initrd.SHA256, "cmdline", p.Cmdline)
 	if _, err := fmt.Fprintf(o.Stdout, "%s kernel=%s initrd=%s\n", OKLine, short(p.Boot.Kernel.SHA256), short(p.Boot.Initrd.SHA256)); err != nil {
 		o.Sys.KexecFileLoad(-1, -1, "", unix.KEXEC_FILE_UNLOAD)
 		return fmt.Errorf("takeover: print %q: %w (kexec image unloaded)", OKLine, err)
 	}
-	// sshd ends the session's output when every writer closed it; after
-	// this nothing is printed or logged to it.
-	_ = o.CloseOutput()
-	time.Sleep(o.Grace)
+	err = o.Detach()
+	if err == nil {
+		o.Log.Info("rebooting into the agent once this process exited")
+		return nil
+	}
+	o.Log.Warn("cannot start the rebooter; rebooting now", "err", err)
 	o.Sys.Sync()
 	if err := o.Sys.Reboot(unix.LINUX_REBOOT_CMD_KEXEC); err != nil {
 		return fmt.Errorf("takeover: reboot(LINUX_REBOOT_CMD_KEXEC): %w", err)
+	}
+	return nil
+}
+
+// RebootArg is the hidden flag of `booty takeover` that runs RebootLoaded.
+const RebootArg = "--kexec-reboot"
+
+// StartRebooter starts this executable as `takeover --kexec-reboot` in a
+// session of its own, its standard streams on /dev/null, and does not wait
+// for it.
+func StartRebooter() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("takeover: find this executable: %w", err)
+	}
+	cmd := exec.Command(exe, "takeover", RebootArg)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("takeover: start %s takeover %s: %w", exe, RebootArg, err)
+	}
+	return cmd.Process.Release()
+}
+
+// RebootLoaded is the rebooter: it waits (at most 30 s) for its parent to
+// exit, then Grace, checks that a kexec kernel is loaded
+// (/sys/kernel/kexec_loaded is 1), syncs and reboots into it. It returns
+// only on failure, or after a Reboot that returned nil (tests).
+func RebootLoaded(o Options) error {
+	o.defaults()
+	for deadline := time.Now().Add(30 * time.Second); !o.ParentExited() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(o.Grace)
+	b, err := os.ReadFile(filepath.Join(o.SysRoot, "kernel", "kexec_loaded"))
+	if err != nil {
+		return fmt.Errorf("takeover reboot: %w", err)
+	}
+	if strings.TrimSpace(string(b)) != "1" {
+		return errors.New("takeover reboot: no kexec kernel is loaded (/sys/kernel/kexec_loaded is not 1)")
+	}
+	o.Log.Info("rebooting into the loaded kernel")
+	o.Sys.Sync()
+	if err := o.Sys.Reboot(unix.LINUX_REBOOT_CMD_KEXEC); err != nil {
+		return fmt.Errorf("takeover reboot: reboot(LINUX_REBOOT_CMD_KEXEC): %w", err)
 	}
 	return nil
 }
@@ -456,42 +517,4 @@ func memFile(name string, b []byte) (int, error) {
 		off += n
 	}
 	return fd, nil
-}
-
-// DrainAndClose waits (at most bound in all) until the reader at the
-// other end of each of files took everything written to it: for a pipe
-// until FIONREAD reads 0, for a socket until TIOCOUTQ does (sshd hands a
-// command pipes or a socket pair); other files do not wait. Then it closes
-// them all.
-func DrainAndClose(bound time.Duration, files ...*os.File) error {
-	deadline := time.Now().Add(bound)
-	for _, f := range files {
-		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			continue
-		}
-		req := 0
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFIFO:
-			req = unix.TIOCINQ // FIONREAD
-		case unix.S_IFSOCK:
-			req = unix.TIOCOUTQ
-		default:
-			continue
-		}
-		for time.Now().Before(deadline) {
-			n, err := unix.IoctlGetInt(int(f.Fd()), uint(req))
-			if err != nil || n == 0 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	var errs []error
-	for _, f := range files {
-		if err := f.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -108,13 +108,14 @@ func startBootyd(t *testing.T, public, useTLS bool) *bootyd {
 
 // machine records what the takeover did to the "machine", in order.
 type machine struct {
-	mu      sync.Mutex
-	events  []string
-	kernel  []byte
-	initrd  []byte
-	cmdline string
-	stdout  bytes.Buffer
-	loadErr error
+	mu        sync.Mutex
+	events    []string
+	kernel    []byte
+	initrd    []byte
+	cmdline   string
+	stdout    bytes.Buffer
+	loadErr   error
+	detachErr error
 }
 
 func (m *machine) add(e string) { m.mu.Lock(); m.events = append(m.events, e); m.mu.Unlock() }
@@ -137,13 +138,17 @@ func (m *machine) options(t *testing.T, b *bootyd) takeover.Options {
 	}
 	return takeover.Options{
 		Server: b.url, CACert: b.caPEM,
-		Stdout:      &m.stdout,
-		CloseOutput: func() error { m.add("close"); return nil },
-		Grace:       time.Millisecond,
-		Log:         slog.New(slog.NewTextHandler(t.Output(), nil)),
-		Backoff:     httpfetch.Backoff{Attempts: 2, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, MaxAttempts: 2},
-		Idle:        10 * time.Second,
-		ProcRoot:    proc, SysRoot: sys,
+		Stdout: &m.stdout,
+		Detach: func() error {
+			m.add("detach")
+			return m.detachErr
+		},
+		Grace:        time.Millisecond,
+		ParentExited: func() bool { m.add("parent exited?"); return true },
+		Log:          slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Backoff:      httpfetch.Backoff{Attempts: 2, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, MaxAttempts: 2},
+		Idle:         10 * time.Second,
+		ProcRoot:     proc, SysRoot: sys,
 		Geteuid: func() int { return 0 },
 		Sys: initsys.Syscalls{
 			KexecFileLoad: func(kfd, ifd int, cmdline string, flags int) error {
@@ -163,8 +168,9 @@ func (m *machine) options(t *testing.T, b *bootyd) takeover.Options {
 // TestRunLoadsTheVerifiedAgent: with absolute and with relative URLs from
 // bootyd, Run loads exactly bootyd's kernel, the initramfs with the CA
 // archive after it (padded to 4 bytes), the command line booty.server= plus
-// bootyd's arguments, prints the OK line, closes its output, syncs and
-// reboots with LINUX_REBOOT_CMD_KEXEC, in that order.
+// bootyd's arguments, prints the OK line and starts the rebooter, in that
+// order; when the rebooter cannot start, it syncs and reboots with
+// LINUX_REBOOT_CMD_KEXEC itself.
 func TestRunLoadsTheVerifiedAgent(t *testing.T) {
 	for _, public := range []bool{true, false} {
 		t.Run(fmt.Sprintf("public=%v", public), func(t *testing.T) {
@@ -173,7 +179,7 @@ func TestRunLoadsTheVerifiedAgent(t *testing.T) {
 			if err := takeover.Run(context.Background(), m.options(t, b)); err != nil {
 				t.Fatal(err)
 			}
-			wantEvents := fmt.Sprintf("[kexec_file_load flags=0 close sync reboot %#x]", uint32(unix.LINUX_REBOOT_CMD_KEXEC))
+			wantEvents := "[kexec_file_load flags=0 detach]"
 			if got := fmt.Sprint(m.events); got != wantEvents {
 				t.Errorf("events %s, want %s", got, wantEvents)
 			}
@@ -336,39 +342,40 @@ func TestAppendCAPadsToFour(t *testing.T) {
 	checkCAArchive(t, a, ca)
 }
 
-// TestDrainAndCloseWaitsForTheReader: DrainAndClose returns only once the
-// pipe's reader took what was written (or its bound passed), and closes.
-func TestDrainAndCloseWaitsForTheReader(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
+// TestRunRebootsItselfWithoutRebooter: when the rebooter cannot start,
+// Run syncs and reboots into the loaded kernel after the OK line.
+func TestRunRebootsItselfWithoutRebooter(t *testing.T) {
+	b := newBootyd(t, true)
+	m := &machine{detachErr: errors.New("no fork today")}
+	if err := takeover.Run(context.Background(), m.options(t, b)); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	if _, err := w.WriteString(takeover.OKLine + "\n"); err != nil {
+	want := fmt.Sprintf("[kexec_file_load flags=0 detach sync reboot %#x]", uint32(unix.LINUX_REBOOT_CMD_KEXEC))
+	if got := fmt.Sprint(m.events); got != want || !strings.HasPrefix(m.stdout.String(), takeover.OKLine) {
+		t.Errorf("events %s, stdout %q; want %s after the OK line", got, m.stdout.String(), want)
+	}
+}
+
+// TestRebootLoaded: the rebooter waits for its parent, then syncs and
+// reboots with LINUX_REBOOT_CMD_KEXEC when a kernel is loaded; with none
+// loaded it refuses and reboots nothing.
+func TestRebootLoaded(t *testing.T) {
+	m := &machine{}
+	o := m.options(t, newBootyd(t, true))
+	if err := takeover.RebootLoaded(o); err == nil || !strings.Contains(err.Error(), "no kexec kernel is loaded") {
+		t.Fatalf("nothing loaded: %v", err)
+	}
+	if got := fmt.Sprint(m.events); got != "[parent exited?]" {
+		t.Errorf("nothing loaded: events %s", got)
+	}
+	m.events = nil
+	os.WriteFile(filepath.Join(o.SysRoot, "kernel", "kexec_loaded"), []byte("1\n"), 0o444)
+	if err := takeover.RebootLoaded(o); err != nil {
 		t.Fatal(err)
 	}
-	read := make(chan []byte, 1)
-	var readAt atomic.Int64
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		readAt.Store(time.Now().UnixNano())
-		b, _ := io.ReadAll(r)
-		read <- b
-	}()
-	if err := takeover.DrainAndClose(30*time.Second, w); err != nil {
-		t.Fatal(err)
-	}
-	done := time.Now().UnixNano()
-	if at := readAt.Load(); at == 0 || at > done {
-		t.Errorf("DrainAndClose returned before the reader started")
-	}
-	select {
-	case b := <-read:
-		if string(b) != takeover.OKLine+"\n" {
-			t.Errorf("reader got %q", b)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the pipe was not closed (reader never saw EOF)")
+	want := fmt.Sprintf("[parent exited? sync reboot %#x]", uint32(unix.LINUX_REBOOT_CMD_KEXEC))
+	if got := fmt.Sprint(m.events); got != want {
+		t.Errorf("events %s, want %s", got, want)
 	}
 }
 

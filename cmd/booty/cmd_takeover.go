@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -50,13 +49,13 @@ func runTakeover(args []string, stdout, stderr io.Writer, adjust func(*takeover.
 	server := fs.String("server", "", "bootyd's `URL` the agent enrolls with (https)")
 	caFile := fs.String("ca-cert", "", "PEM `FILE` with bootyd's CA; verifies the downloads and is trusted by the agent")
 	insecure := fs.Bool("insecure-http", false, "allow a plain http:// --server (and tell the agent so)")
-	reboot := fs.Bool(strings.TrimPrefix(takeover.RebootArg, "--"), false, "internal: reboot into the loaded kernel once the parent exited")
-	_ = fs.MarkHidden(strings.TrimPrefix(takeover.RebootArg, "--"))
+	rebootAfter := fs.Int(takeover.RebootFlag, 0, "internal: reboot into the loaded kernel once process `PID` is gone")
+	_ = fs.MarkHidden(takeover.RebootFlag)
 	if code := parseFlags(fs, args, stderr, "booty takeover"); code >= 0 {
 		return code
 	}
-	if *reboot {
-		return runTakeoverReboot(adjust)
+	if fs.Changed(takeover.RebootFlag) {
+		return runTakeoverReboot(*rebootAfter, adjust)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "booty takeover: unexpected argument %q\nRun 'booty takeover --help' for usage.\n", fs.Arg(0))
@@ -98,13 +97,13 @@ func runTakeover(args []string, stdout, stderr io.Writer, adjust func(*takeover.
 // runTakeoverReboot is the rebooter `booty takeover` leaves behind. Its
 // standard streams are /dev/null; it logs to the kernel log (/dev/kmsg)
 // when it can, so a failure shows in dmesg.
-func runTakeoverReboot(adjust func(*takeover.Options)) int {
+func runTakeoverReboot(parent int, adjust func(*takeover.Options)) int {
 	var w io.Writer = io.Discard
 	if kmsg, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0); err == nil {
 		defer kmsg.Close()
 		w = kmsg
 	}
-	o := takeover.Options{Log: slog.New(slog.NewTextHandler(w, nil))}
+	o := takeover.Options{Parent: parent, Log: slog.New(slog.NewTextHandler(w, nil))}
 	if adjust != nil {
 		adjust(&o)
 	}

@@ -17,9 +17,10 @@
 // on the machine changes before all of this succeeded: every failure is
 // returned with the machine as it was. Then it prints OKLine on its
 // output and exits 0, so that sshd sends the exit status and ends the
-// session; a process it started detached (`booty takeover --kexec-reboot`,
-// RebootLoaded) waits for that, syncs and reboots into the loaded kernel
-// (reboot(LINUX_REBOOT_CMD_KEXEC)). Running services are not stopped.
+// session; a process it started detached (`booty takeover
+// --kexec-reboot-after PID`, RebootLoaded) waits for that, syncs and
+// reboots into the loaded kernel (reboot(LINUX_REBOOT_CMD_KEXEC)). Running
+// services are not stopped.
 package takeover
 
 import (
@@ -39,6 +40,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -103,8 +105,11 @@ type Options struct {
 	// Grace is how long RebootLoaded waits after its parent exited, for
 	// sshd to send the exit status; default 1 s.
 	Grace time.Duration
-	// ParentExited reports whether the process that started RebootLoaded
-	// ended; default: the parent process ID changed.
+	// Parent is the process RebootLoaded waits for (the `booty takeover`
+	// that started it); 0 waits for none.
+	Parent int
+	// ParentExited reports whether Parent is gone (reaped by sshd);
+	// default: kill(Parent, 0) fails with ESRCH.
 	ParentExited func() bool
 	// Log gets progress; default discards.
 	Log *slog.Logger
@@ -133,8 +138,8 @@ func (o *Options) defaults() {
 		o.Detach = StartRebooter
 	}
 	if o.ParentExited == nil {
-		ppid := os.Getppid()
-		o.ParentExited = func() bool { return os.Getppid() != ppid }
+		pid := o.Parent
+		o.ParentExited = func() bool { return pid <= 0 || errors.Is(unix.Kill(pid, 0), unix.ESRCH) }
 	}
 	if o.Grace == 0 {
 		o.Grace = time.Second
@@ -205,27 +210,28 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// RebootArg is the hidden flag of `booty takeover` that runs RebootLoaded.
-const RebootArg = "--kexec-reboot"
+// RebootFlag is the hidden flag of `booty takeover` that runs RebootLoaded
+// once the process of the given PID is gone.
+const RebootFlag = "kexec-reboot-after"
 
-// StartRebooter starts this executable as `takeover --kexec-reboot` in a
-// session of its own, its standard streams on /dev/null, and does not wait
-// for it.
+// StartRebooter starts this executable as `takeover --kexec-reboot-after
+// PID` (this process's) in a session of its own, its standard streams on
+// /dev/null, and does not wait for it.
 func StartRebooter() error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("takeover: find this executable: %w", err)
 	}
-	cmd := exec.Command(exe, "takeover", RebootArg)
+	cmd := exec.Command(exe, "takeover", "--"+RebootFlag, strconv.Itoa(os.Getpid()))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("takeover: start %s takeover %s: %w", exe, RebootArg, err)
+		return fmt.Errorf("takeover: start %s takeover --%s: %w", exe, RebootFlag, err)
 	}
 	return cmd.Process.Release()
 }
 
-// RebootLoaded is the rebooter: it waits (at most 30 s) for its parent to
-// exit, then Grace, checks that a kexec kernel is loaded
+// RebootLoaded is the rebooter: it waits (at most 30 s) for Parent to be
+// gone, then Grace, checks that a kexec kernel is loaded
 // (/sys/kernel/kexec_loaded is 1), syncs and reboots into it. It returns
 // only on failure, or after a Reboot that returned nil (tests).
 func RebootLoaded(o Options) error {

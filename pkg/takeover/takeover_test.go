@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -376,6 +377,33 @@ func TestRebootLoaded(t *testing.T) {
 	want := fmt.Sprintf("[parent exited? sync reboot %#x]", uint32(unix.LINUX_REBOOT_CMD_KEXEC))
 	if got := fmt.Sprint(m.events); got != want {
 		t.Errorf("events %s, want %s", got, want)
+	}
+}
+
+// TestRebootLoadedWaitsForTheParent: with the default check, the rebooter
+// syncs only after the parent process is gone (reaped, as sshd reaps
+// booty takeover).
+func TestRebootLoadedWaitsForTheParent(t *testing.T) {
+	m := &machine{}
+	o := m.options(t, newBootyd(t, true))
+	os.WriteFile(filepath.Join(o.SysRoot, "kernel", "kexec_loaded"), []byte("1\n"), 0o444)
+	parent := exec.Command("sleep", "0.5")
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var reaped atomic.Int64
+	go func() {
+		parent.Wait()
+		reaped.Store(time.Now().UnixNano())
+	}()
+	o.Parent, o.ParentExited = parent.Process.Pid, nil
+	var synced int64
+	o.Sys.Sync = func() { synced = time.Now().UnixNano() }
+	if err := takeover.RebootLoaded(o); err != nil {
+		t.Fatal(err)
+	}
+	if r := reaped.Load(); r == 0 || synced < r {
+		t.Errorf("synced at %d, parent reaped at %d: the rebooter did not wait", synced, r)
 	}
 }
 

@@ -7,12 +7,13 @@
 # outside the clone, so the image survives between runs.
 #
 # How: debootstrap --variant=minbase with a kernel, systemd, udev, kmod,
-# e2fsprogs, dosfstools and GRUB for EFI (no cloud-init, no docs, man pages
-# or locales: dpkg path-exclude), from the Debian mirror configured in this
-# host's apt sources (override with BOOTY_DEBIAN_MIRROR). No loop devices,
-# no vfat mount, no device-mapper: the root filesystem is made in a file of
-# its own by `mkfs.ext4 -d`, the ESP in another by mkfs.vfat and mtools,
-# and both are copied into a GPT image at their partition offsets.
+# e2fsprogs, dosfstools, openssh-server and GRUB for EFI (no cloud-init, no
+# docs, man pages or locales: dpkg path-exclude), from the Debian mirror
+# configured in this host's apt sources (override with BOOTY_DEBIAN_MIRROR).
+# No loop devices, no vfat mount, no device-mapper: the root filesystem is
+# made in a file of its own by `mkfs.ext4 -d`, the ESP in another by
+# mkfs.vfat and mtools, and both are copied into a GPT image at their
+# partition offsets.
 #
 # GRUB: grub-install cannot run here (it probes the build host's disk and
 # wants the ESP mounted as FAT), so the script does what it would do: it
@@ -36,7 +37,8 @@
 # drop-ins, sha256 of the files listed in /etc/booty-proof.d/files, the
 # marker file /var/lib/booty-proof/marker, the EFI BootCurrent), then
 # "BOOTY-PROOF done", then powers off (unless /etc/booty-proof.d/no-poweroff
-# exists). Root has no password (locked).
+# exists). Root has no password (locked); sshd runs and lets root in by
+# key only (/root/.ssh/authorized_keys, absent from the image).
 #
 # Writes to OUTDIR: debian.img (raw), debian.img.zst (zstd -T0),
 # debian.img.sha256 and debian.img.zst.sha256 (sha256sum format), SHA256SUMS
@@ -254,7 +256,7 @@ path-exclude=/lib/modules/*/kernel/net/mac80211/*
 EOF
   local debs=$CACHE/debootstrap-debs
   mkdir -p "$debs"
-  local include=linux-image-amd64,initramfs-tools,zstd,systemd-sysv,udev,kmod,e2fsprogs,dosfstools,grub-efi-amd64,grub-efi-amd64-bin,ca-certificates
+  local include=linux-image-amd64,initramfs-tools,zstd,systemd-sysv,udev,kmod,e2fsprogs,dosfstools,grub-efi-amd64,grub-efi-amd64-bin,ca-certificates,openssh-server
   phase "debootstrap $SUITE ($include)"
   # INITRD=No: the kernel's postinst hook leaves the initramfs out (the
   # initramfs-tools trigger would build it a second time); it is built
@@ -332,6 +334,18 @@ UUID=$ESP_FS_UUID /boot/efi vfat umask=0077 0 1
 EOF
 mkdir -p "$ROOT/boot/efi"
 in_root passwd -l root >/dev/null
+
+# sshd (for the Initializer's takeover test): root logs in by key only,
+# from /root/.ssh/authorized_keys, which the image does not have. The host
+# keys made by the package's postinst are shared by every copy of the image.
+mkdir -p "$ROOT/etc/ssh/sshd_config.d"
+cat >"$ROOT/etc/ssh/sshd_config.d/10-booty.conf" <<'EOF'
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+EOF
+[ -s "$ROOT/etc/ssh/ssh_host_ed25519_key" ] || die "openssh-server made no host key"
+in_root systemctl enable ssh.service >/dev/null 2>&1
 
 # Network: systemd-networkd, DHCP on every ethernet NIC; nothing waits for it.
 cat >"$ROOT/etc/systemd/network/80-dhcp.network" <<'EOF'

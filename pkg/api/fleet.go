@@ -46,6 +46,7 @@ import (
 // Unauthenticated (iPXE cannot carry a token; the scripts hold no secret):
 //
 //	GET  /v1/boot.ipxe, GET /v1/machines/{mac}/ipxe, GET /files/{path}
+//	GET  /v1/agent/boot                   AgentBoot (for booty takeover)
 //
 // Bodies are bounded (413); errors are Error bodies with the usual codes:
 // 400 bad input, 401, 404, 409 (conflict, transition not allowed, stale

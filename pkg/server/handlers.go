@@ -24,6 +24,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/boot.ipxe", s.handleChainIPXE)
 	mux.HandleFunc("GET /v1/machines/{mac}/ipxe", s.handleMachineIPXE)
 	mux.HandleFunc("GET /files/{path...}", s.handleFile)
+	mux.HandleFunc("GET /v1/agent/boot", s.handleAgentBoot) // takeover.go
 	// The agent protocol (machine token).
 	mux.HandleFunc("POST /v1/enroll", s.handleEnroll)
 	mux.HandleFunc("POST /v1/machines/{mac}/heartbeat", s.handleHeartbeat)

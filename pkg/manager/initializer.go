@@ -28,11 +28,11 @@ import (
 const ProcessInitialize bmdb.Process = "initialize"
 
 // TakeoverOK starts the line `booty takeover` prints on its standard output
-// once it accepted the takeover, before it kexecs into booty's kernel and
-// initramfs. The Initializer requires it. booty should close its standard
-// output and error after the line and before the kexec, so sshd forwards
-// the line before the connection drops; a drop after the line (no exit
-// status) counts as success.
+// once it verified and loaded booty's kernel and initramfs. The Initializer
+// requires it. booty then exits 0, so sshd sends the exit status, and a
+// detached process of booty reboots into the loaded kernel a second after
+// (pkg/takeover); a connection that drops after the line with no exit
+// status (booty rebooted itself) also counts as success.
 const TakeoverOK = "booty takeover: ok"
 
 // ReasonAgentTakeover is the event the Initializer records on success.

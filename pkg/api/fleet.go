@@ -36,7 +36,7 @@ import (
 //	POST /v1/enroll                       EnrollRequest → EnrollResponse (no token; 409 while another agent session is live, 404 with auto-discovery off, 429 at the discovered-machines bound)
 //	POST /v1/machines/{mac}/heartbeat     Heartbeat → HeartbeatResponse
 //	GET  /v1/machines/{mac}/command       ?wait=SECONDS (default and at most 25): AgentCommand, or 204 when none came within the wait
-//	POST /v1/machines/{mac}/command       CommandResult → {}
+//	POST /v1/machines/{mac}/command       CommandResult → {} (the result of anything but an inspection, success or failure, ends the agent session: the agent's run is over, and its next boot enrolls at once)
 //	POST /v1/machines/{mac}/status        StatusReport   (with Generation)
 //	POST /v1/machines/{mac}/progress      ProgressReport (with Generation)
 //	POST /v1/machines/{mac}/logs          LogBatch       (429 past the per-machine rate)

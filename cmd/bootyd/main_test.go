@@ -261,6 +261,7 @@ func TestFlagErrors(t *testing.T) {
 		{"no database", []string{"--insecure-http", "--configs", configs}, 2, "no database: give --state-dir"},
 		{"missing config dir", []string{"--insecure-http", "--state-dir", t.TempDir(), "--configs", configs + "/nope"}, 1, "config directory"},
 		{"unreadable cert", []string{"--state-dir", t.TempDir(), "--configs", configs, "--tls-cert", configs + "/no.pem", "--tls-key", configs + "/no.key"}, 1, "load TLS certificate"},
+		{"pprof off loopback", []string{"--insecure-http", "--state-dir", t.TempDir(), "--debug-pprof-listen", "0.0.0.0:6060"}, 2, "want a loopback address"},
 		{"short operator token", []string{"--insecure-http", "--state-dir", t.TempDir(), "--operator-token-file", shortTokens(t)}, 1, "shorter than 16"},
 	}
 	for _, tt := range tests {

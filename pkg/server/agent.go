@@ -181,7 +181,8 @@ func (s *Server) agentSession(w http.ResponseWriter, r *http.Request) (agentAuth
 	return a, true
 }
 
-// handleHeartbeat records a heartbeat.
+// handleHeartbeat records a heartbeat: authenticated (the session is
+// live), then buffered and written with the others within HeartbeatFlush.
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.agentSession(w, r)
 	if !ok {
@@ -191,10 +192,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 && !s.decodeBody(w, r, &hb, "Heartbeat") {
 		return
 	}
-	if err := s.db.Heartbeat(r.Context(), a.id); err != nil {
-		s.dbError(w, "heartbeat", err)
-		return
-	}
+	s.heartbeat(a.id)
 	writeJSON(w, http.StatusOK, api.HeartbeatResponse{})
 }
 

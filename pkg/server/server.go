@@ -101,6 +101,9 @@ type Options struct {
 	OperatorTokens []string
 	// HeartbeatInterval is what enrolled agents are told (default 10 s).
 	HeartbeatInterval time.Duration
+	// HeartbeatFlush is how long heartbeats are buffered before they are
+	// written in one batch (default HeartbeatFlushInterval).
+	HeartbeatFlush time.Duration
 	// AutoDiscover serves iPXE scripts to unknown MACs (their agents then
 	// enroll as discovered machines, when the BMDB allows it).
 	AutoDiscover bool
@@ -126,6 +129,7 @@ type Server struct {
 
 	db    *bmdb.DB
 	limit limiter
+	beats heartbeatBuffer
 }
 
 // New checks opts, fills defaults, loads persisted state from StateDir
@@ -202,6 +206,9 @@ func New(opts Options) (*Server, error) {
 	opts.fileDefaults()
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if opts.HeartbeatFlush <= 0 {
+		opts.HeartbeatFlush = HeartbeatFlushInterval
 	}
 	if opts.ReportRate <= 0 {
 		opts.ReportRate = DefaultReportRate
@@ -293,6 +300,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	<-errc
+	s.flushHeartbeats(sctx)
 	if err != nil {
 		srv.Close()
 		return fmt.Errorf("shut down server on %s: %w", ln.Addr(), err)

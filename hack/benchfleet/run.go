@@ -417,7 +417,7 @@ func waitBounded(wg *sync.WaitGroup, d time.Duration) {
 
 // profile takes each bootyd's CPU profile over the second quarter of the
 // measured phase, then its heap and goroutines at the middle, into
-// -pprof DIR as <prefix>-<bootyd>-{cpu,heap,goroutine}.pprof. Failures are
+// -pprof DIR as <prefix>-<bootyd>-{cpu,heap,goroutine}.pprof and -heap.txt. Failures are
 // logged: profiles are a diagnostic, not part of the verdict.
 func (e *runEnv) profile(ctx context.Context, servers []*bootyd, prefix string, warmup, d time.Duration) {
 	if err := os.MkdirAll(e.c.pprofDir, 0o755); err != nil {
@@ -439,6 +439,7 @@ func (e *runEnv) profile(ctx context.Context, servers []*bootyd, prefix string, 
 			for _, p := range []struct{ path, file string }{
 				{fmt.Sprintf("profile?seconds=%d", secs), base + "-cpu.pprof"},
 				{"heap", base + "-heap.pprof"},
+				{"heap?debug=1", base + "-heap.txt"}, // ends with runtime.MemStats: heap, stacks, GC
 				{"goroutine", base + "-goroutine.pprof"},
 			} {
 				if err := b.saveProfile(ctx, p.path, p.file); err != nil {

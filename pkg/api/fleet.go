@@ -47,6 +47,12 @@ import (
 //
 //	GET  /v1/boot.ipxe, GET /v1/machines/{mac}/ipxe, GET /files/{path}
 //
+// The command long poll is cheap to hold: bootyd parks an HTTP/1.1 poll
+// that finds no command (its connection, a timer and a callback; no
+// goroutine, no buffers), answers it within milliseconds of a command, and
+// keeps the connection alive for the agent's next request. bootyd serves
+// HTTP/1.1 only, over TLS too.
+//
 // Bodies are bounded (413); errors are Error bodies with the usual codes:
 // 400 bad input, 401, 404, 409 (conflict, transition not allowed, stale
 // generation), 413, 429 (with Retry-After), 5xx.

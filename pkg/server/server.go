@@ -127,9 +127,10 @@ type Server struct {
 	persistMu sync.Mutex
 	outMu     sync.Mutex
 
-	db    *bmdb.DB
-	limit limiter
-	beats heartbeatBuffer
+	db     *bmdb.DB
+	limit  limiter
+	beats  heartbeatBuffer
+	parked parkedPolls
 }
 
 // New checks opts, fills defaults, loads persisted state from StateDir
@@ -282,22 +283,26 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// HTTP/1.1 only (no h2 over TLS): parked long polls take their
+	// connection over and hand it back through pl (longpoll.go).
+	var tlsCfg *tls.Config
+	if s.opts.TLSConfig != nil {
+		tlsCfg = s.opts.TLSConfig.Clone()
+		tlsCfg.NextProtos = []string{"http/1.1"}
+	}
+	pl := newPollListener(ln, tlsCfg)
+	s.parked.serving(pl.handBack)
 	errc := make(chan error, 1)
-	go func() {
-		if s.opts.TLSConfig != nil {
-			srv.TLSConfig = s.opts.TLSConfig.Clone()
-			errc <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
+	go func() { errc <- srv.Serve(pl) }()
 	select {
 	case err := <-errc:
+		s.parked.serving(nil)
 		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
+	s.parked.close(sctx)
 	err := srv.Shutdown(sctx)
 	<-errc
 	s.flushHeartbeats(sctx)

@@ -229,8 +229,8 @@ func (db *DB) Authenticate(ctx context.Context, mac, token string) (string, erro
 	var ended sql.NullInt64
 	found := false
 	if c, err := ParseMAC(mac); err == nil {
-		err := db.sql.QueryRowContext(ctx, db.q(`SELECT m.machine_id, s.token_hash, s.ended_at FROM machine_macs m
-			JOIN agent_sessions s ON s.machine_id = m.machine_id WHERE m.mac = ?`), c).Scan(&id, &stored, &ended)
+		err := db.queryRow(ctx, `SELECT m.machine_id, s.token_hash, s.ended_at FROM machine_macs m
+			JOIN agent_sessions s ON s.machine_id = m.machine_id WHERE m.mac = ?`, c).Scan(&id, &stored, &ended)
 		switch {
 		case err == nil:
 			found = len(stored) == sha256.Size && !ended.Valid
@@ -354,7 +354,9 @@ type Command struct {
 func (db *DB) PendingCommand(ctx context.Context, id string) (*Command, error) {
 	var kind, spec string
 	var gen, at int64
-	err := db.sql.QueryRowContext(ctx, db.q("SELECT command, command_generation, command_issued_at, spec FROM machines WHERE id = ?"), id).
+	// The spec (cloud-init data included) is read only with a command.
+	err := db.queryRow(ctx, `SELECT command, command_generation, command_issued_at,
+		CASE WHEN command = '' THEN '' ELSE spec END FROM machines WHERE id = ?`, id).
 		Scan(&kind, &gen, &at, &spec)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("pending command of machine %s: %w", id, ErrNotFound)

@@ -6,10 +6,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -170,7 +172,14 @@ func (p *parkedPoll) respond(rw *bufferedResponse) {
 		return
 	}
 	_ = p.conn.SetWriteDeadline(time.Time{})
-	if end || !back(p.conn) {
+	if end {
+		p.conn.Close()
+		return
+	}
+	if pc := asPollConn(p.conn); pc != nil {
+		pc.handedBack.Store(true)
+	}
+	if !back(p.conn) {
 		p.conn.Close()
 	}
 }
@@ -287,10 +296,74 @@ func (pp *parkedPolls) close(ctx context.Context) {
 type pollListener struct {
 	net.Listener
 	tls      *tls.Config
+	idle     time.Duration // the server's IdleTimeout
 	back     chan net.Conn
 	accepted chan acceptResult
 	done     chan struct{}
 	once     sync.Once
+}
+
+// pollConn is an accepted connection. The http.Server serves a handed-back
+// connection as a new one, whose first request must come within
+// ReadHeaderTimeout (10 s); but the agent's next request on a kept-alive
+// connection may come much later. Until the first bytes of that request
+// arrive, pollConn stretches every read deadline the server sets to at
+// least the idle timeout, as for any kept-alive connection.
+type pollConn struct {
+	net.Conn
+	idle       time.Duration
+	handedBack atomic.Bool
+}
+
+func (c *pollConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.handedBack.Store(false)
+	}
+	return n, err
+}
+
+func (c *pollConn) SetReadDeadline(t time.Time) error {
+	if c.handedBack.Load() && !t.IsZero() {
+		if idle := time.Now().Add(c.idle); t.Before(idle) {
+			t = idle
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *pollConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// ReadFrom and CloseWrite reach the TCP connection's, so /files/ answers
+// still go out with sendfile and connections still close gracefully.
+func (c *pollConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+func (c *pollConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// asPollConn finds the pollConn under a hijacked connection (itself, or
+// the one under its TLS); nil for connections bootyd's listener did not
+// accept (a Handler mounted elsewhere).
+func asPollConn(c net.Conn) *pollConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	pc, _ := c.(*pollConn)
+	return pc
 }
 
 type acceptResult struct {
@@ -299,8 +372,8 @@ type acceptResult struct {
 }
 
 // newPollListener accepts on ln in a goroutine of its own until Close.
-func newPollListener(ln net.Listener, cfg *tls.Config) *pollListener {
-	l := &pollListener{Listener: ln, tls: cfg, back: make(chan net.Conn), accepted: make(chan acceptResult), done: make(chan struct{})}
+func newPollListener(ln net.Listener, cfg *tls.Config, idle time.Duration) *pollListener {
+	l := &pollListener{Listener: ln, tls: cfg, idle: idle, back: make(chan net.Conn), accepted: make(chan acceptResult), done: make(chan struct{})}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -328,10 +401,11 @@ func (l *pollListener) Accept() (net.Conn, error) {
 		if r.err != nil {
 			return nil, r.err
 		}
+		c := &pollConn{Conn: r.c, idle: l.idle}
 		if l.tls != nil {
-			return tls.Server(r.c, l.tls), nil
+			return tls.Server(c, l.tls), nil
 		}
-		return r.c, nil
+		return c, nil
 	case <-l.done:
 		return nil, net.ErrClosed
 	}

@@ -210,3 +210,22 @@ func TestParkedPollWithoutServe(t *testing.T) {
 		t.Fatal("the parked poll was not answered within 15s of the command")
 	}
 }
+
+// TestHandedBackConnectionKeptAlive: a connection handed back after a
+// parked poll waits for its next request as long as any kept-alive one
+// (IdleTimeout), not just the header timeout of a new connection.
+func TestHandedBackConnectionKeptAlive(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.readHeaderTimeout = 300 * time.Millisecond
+	base, _, _ := servedEnv(t, e)
+	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
+	en := enrollRaw(t, c, base, "52:54:00:00:43:01")
+	if code, body, _ := call(t, c, "GET", base+"/v1/machines/"+en.MAC+"/command?wait=1", en.Token, nil); code != http.StatusNoContent {
+		t.Fatalf("poll: %d %s, want 204", code, body)
+	}
+	time.Sleep(time.Second) // past the header timeout, well within IdleTimeout
+	code, body, reused := call(t, c, "POST", base+"/v1/machines/"+en.MAC+"/heartbeat", en.Token, api.Heartbeat{})
+	if code != 200 || !reused {
+		t.Fatalf("heartbeat a second after the parked poll: %d %s, connection reused %v (want kept alive)", code, body, reused)
+	}
+}

@@ -131,6 +131,9 @@ type Server struct {
 	limit  limiter
 	beats  heartbeatBuffer
 	parked parkedPolls
+	// readHeaderTimeout bounds reading a request's header (10 s; tests
+	// shorten it).
+	readHeaderTimeout time.Duration
 }
 
 // New checks opts, fills defaults, loads persisted state from StateDir
@@ -225,6 +228,8 @@ func New(opts Options) (*Server, error) {
 		changed:   make(chan struct{}),
 		db:        opts.DB,
 		limit:     limiter{rate: float64(opts.ReportRate), burst: float64(opts.ReportBurst)},
+
+		readHeaderTimeout: 10 * time.Second,
 	}
 	if opts.StateDir != "" {
 		if err := s.loadState(); err != nil {
@@ -277,7 +282,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.readHeaderTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -290,7 +295,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		tlsCfg = s.opts.TLSConfig.Clone()
 		tlsCfg.NextProtos = []string{"http/1.1"}
 	}
-	pl := newPollListener(ln, tlsCfg)
+	pl := newPollListener(ln, tlsCfg, srv.IdleTimeout)
 	s.parked.serving(pl.handBack)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(pl) }()

@@ -21,12 +21,13 @@ import (
 
 // bootyd is one bootyd process the benchmark runs.
 type bootyd struct {
-	name  string
-	url   string
-	pprof string // base URL of its pprof listener, "" when off
-	cmd   *exec.Cmd
-	log   *bytes.Buffer
-	done  chan error
+	name    string
+	url     string
+	logPath string // where stop writes its stderr
+	pprof   string // base URL of its pprof listener, "" when off
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	done    chan error
 
 	mu      sync.Mutex
 	peakRSS int64
@@ -44,7 +45,7 @@ func startBootyd(ctx context.Context, bin, name, dir, db, tokenFile string, env 
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	b := &bootyd{name: name, url: "http://" + addr, log: &bytes.Buffer{}, done: make(chan error, 1)}
+	b := &bootyd{name: name, url: "http://" + addr, log: &bytes.Buffer{}, done: make(chan error, 1), logPath: filepath.Join(dir, name+"-stderr.log")}
 	args := []string{"--insecure-http", "--listen", addr, "--public-url", b.url, "--db", db,
 		"--state-dir", stateDir, "--operator-token-file", tokenFile, "--log-level", "warn"}
 	if pprof {
@@ -207,6 +208,12 @@ func (b *bootyd) stop() {
 		b.cmd.Process.Kill()
 		<-b.done
 	}
+	// Its own logs (warnings and errors, at most 1 MiB) stay in the work
+	// directory, kept with -keep.
+	lw := b.cmd.Stderr.(*lockedWriter)
+	lw.mu.Lock()
+	_ = os.WriteFile(b.logPath, lw.w.Bytes(), 0o600)
+	lw.mu.Unlock()
 }
 
 // fileSizes sums the sizes of the SQLite database and its WAL and shm files.

@@ -262,6 +262,7 @@ func TestFlagErrors(t *testing.T) {
 		{"missing config dir", []string{"--insecure-http", "--state-dir", t.TempDir(), "--configs", configs + "/nope"}, 1, "config directory"},
 		{"unreadable cert", []string{"--state-dir", t.TempDir(), "--configs", configs, "--tls-cert", configs + "/no.pem", "--tls-key", configs + "/no.key"}, 1, "load TLS certificate"},
 		{"missing BMC CA", []string{"--insecure-http", "--state-dir", t.TempDir(), "--bmc-ca-cert", configs + "/no-ca.pem"}, 1, "read BMC CA certificate"},
+		{"pprof off loopback", []string{"--insecure-http", "--state-dir", t.TempDir(), "--debug-pprof-listen", "0.0.0.0:6060"}, 2, "want a loopback address"},
 		{"short operator token", []string{"--insecure-http", "--state-dir", t.TempDir(), "--operator-token-file", shortTokens(t)}, 1, "shorter than 16"},
 	}
 	for _, tt := range tests {

@@ -67,6 +67,7 @@ type config struct {
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
+	pprofListen     string
 }
 
 // printUsage writes the full help: what bootyd does, an example, every flag.
@@ -122,6 +123,7 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.Int64Var(&c.opts.FileMinRate, "file-min-rate", server.DefaultFileMinRate, "slowest /files/ client tolerated, in bytes per second (see --file-write-timeout)")
 	fs.DurationVar(&c.opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	fs.StringVar(&c.opts.BMCCACert, "bmc-ca-cert", "", "PEM CA certificates that verify Redfish BMCs' TLS certificates, in addition to the system's roots")
+	fs.StringVar(&c.pprofListen, "debug-pprof-listen", "", "serve Go's pprof profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (default off)")
 	return fs
 }
 
@@ -151,6 +153,9 @@ func checkConfig(c *config) error {
 			return errors.New("no database: give --state-dir (the database goes to <state-dir>/bmdb.db) or --db")
 		}
 		c.db = filepath.Join(c.opts.StateDir, "bmdb.db")
+	}
+	if err := checkPprofListen(c.pprofListen); err != nil {
+		return err
 	}
 	if c.maxDiscovered < 1 {
 		return fmt.Errorf("--max-discovered %d: want at least 1", c.maxDiscovered)
@@ -250,6 +255,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		log.Error("start bootyd", "err", fmt.Errorf("listen on %s: %w", c.listen, err))
 		return 1
+	}
+	if c.pprofListen != "" {
+		addr, err := servePprof(ctx, c.pprofListen, log)
+		if err != nil {
+			log.Error("start bootyd", "err", err)
+			return 1
+		}
+		log.Info("pprof profiles served", "addr", addr)
 	}
 	srv.RegisterConfigs(ctx)
 	log.Info("bootyd listening", "addr", ln.Addr().String(), "scheme", scheme,

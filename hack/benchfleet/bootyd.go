@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -20,11 +21,13 @@ import (
 
 // bootyd is one bootyd process the benchmark runs.
 type bootyd struct {
-	name string
-	url  string
-	cmd  *exec.Cmd
-	log  *bytes.Buffer
-	done chan error
+	name    string
+	url     string
+	logPath string // where stop writes its stderr
+	pprof   string // base URL of its pprof listener, "" when off
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	done    chan error
 
 	mu      sync.Mutex
 	peakRSS int64
@@ -33,20 +36,26 @@ type bootyd struct {
 
 // startBootyd starts the bootyd binary on a free loopback port with db and
 // the operator token file, and waits (up to a minute) until it answers.
-func startBootyd(ctx context.Context, bin, name, dir, db, tokenFile string, env []string) (*bootyd, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startBootyd(ctx context.Context, bin, name, dir, db, tokenFile string, env []string, pprof bool) (*bootyd, error) {
+	addr, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: find a free port: %w", name, err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	stateDir := filepath.Join(dir, name)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	b := &bootyd{name: name, url: "http://" + addr, log: &bytes.Buffer{}, done: make(chan error, 1)}
+	b := &bootyd{name: name, url: "http://" + addr, log: &bytes.Buffer{}, done: make(chan error, 1), logPath: filepath.Join(dir, name+"-stderr.log")}
 	args := []string{"--insecure-http", "--listen", addr, "--public-url", b.url, "--db", db,
 		"--state-dir", stateDir, "--operator-token-file", tokenFile, "--log-level", "warn"}
+	if pprof {
+		paddr, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("start %s: find a free port for pprof: %w", name, err)
+		}
+		args = append(args, "--debug-pprof-listen", paddr)
+		b.pprof = "http://" + paddr
+	}
 	b.cmd = exec.Command(bin, args...)
 	b.cmd.Env = append(os.Environ(), env...)
 	b.cmd.Stdout = nil // bootyd's account of every machine: not what is measured
@@ -76,6 +85,44 @@ func startBootyd(ctx context.Context, bin, name, dir, db, tokenFile string, env 
 	}
 	go b.sampleRSS(ctx)
 	return b, nil
+}
+
+// freePort returns a loopback address whose port was free a moment ago.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// saveProfile fetches the pprof profile at path (e.g. "heap",
+// "profile?seconds=15") into file; bounded by a timeout of two minutes.
+func (b *bootyd) saveProfile(ctx context.Context, path, file string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.pprof+"/debug/pprof/"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s of %s: %w", path, b.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s of %s: %s", path, b.name, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile %s of %s: %w", path, b.name, err)
+	}
+	return f.Close()
 }
 
 type lockedWriter struct {
@@ -161,6 +208,12 @@ func (b *bootyd) stop() {
 		b.cmd.Process.Kill()
 		<-b.done
 	}
+	// Its own logs (warnings and errors, at most 1 MiB) stay in the work
+	// directory, kept with -keep.
+	lw := b.cmd.Stderr.(*lockedWriter)
+	lw.mu.Lock()
+	_ = os.WriteFile(b.logPath, lw.w.Bytes(), 0o600)
+	lw.mu.Unlock()
 }
 
 // fileSizes sums the sizes of the SQLite database and its WAL and shm files.

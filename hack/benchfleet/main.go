@@ -49,6 +49,7 @@ type config struct {
 	registerConc  int
 	watchInterval time.Duration
 	bootydEnv     string
+	pprofDir      string
 }
 
 func main() {
@@ -71,6 +72,7 @@ func main() {
 	goalRSSMiB := flag.Int64("goal-rss-mib", 512, "bootyd RSS goal, MiB")
 	flag.BoolVar(&c.pgDurable, "pg-durable", true, "run PostgreSQL with fsync and synchronous commit, as in production")
 	flag.StringVar(&c.bootydEnv, "bootyd-env", "", "extra environment of bootyd, comma separated KEY=VALUE (e.g. GOMEMLIMIT=384MiB)")
+	flag.StringVar(&c.pprofDir, "pprof", "", "directory for profiles of each bootyd (served with --debug-pprof-listen on loopback): heap and goroutines at the middle of each steady phase, CPU over its second quarter")
 	flag.BoolVar(&c.keepDir, "keep", false, "keep the work directory (databases, bootyd logs)")
 	flag.Parse()
 	c.goalRSS = *goalRSSMiB << 20

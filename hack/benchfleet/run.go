@@ -176,7 +176,7 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 		if e.c.bootydEnv != "" {
 			env = strings.Split(e.c.bootydEnv, ",")
 		}
-		b, err := startBootyd(rctx, e.c.bootyd, fmt.Sprintf("bootyd%d", i+1), runDir, dsn, e.tokenFile, env)
+		b, err := startBootyd(rctx, e.c.bootyd, fmt.Sprintf("bootyd%d", i+1), runDir, dsn, e.tokenFile, env, e.c.pprofDir != "")
 		if err != nil {
 			r.err = err
 			return r
@@ -308,6 +308,13 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 			g.call(steadyCtx, opClient, epList, http.MethodGet, servers[0].url+"/v1/machines?state=provisioning", e.token, nil, nil)
 		}
 	}()
+	if e.c.pprofDir != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.profile(steadyCtx, servers, fmt.Sprintf("run%d-%s", e.runs, strings.ReplaceAll(sc.name, " ", "_")), warmup, sc.duration)
+		}()
+	}
 	<-steadyCtx.Done()
 	r.window = time.Since(rec.from)
 	r.load = loadAvg()
@@ -406,4 +413,42 @@ func waitBounded(wg *sync.WaitGroup, d time.Duration) {
 	case <-done:
 	case <-time.After(d):
 	}
+}
+
+// profile takes each bootyd's CPU profile over the second quarter of the
+// measured phase, then its heap and goroutines at the middle, into
+// -pprof DIR as <prefix>-<bootyd>-{cpu,heap,goroutine}.pprof and -heap.txt. Failures are
+// logged: profiles are a diagnostic, not part of the verdict.
+func (e *runEnv) profile(ctx context.Context, servers []*bootyd, prefix string, warmup, d time.Duration) {
+	if err := os.MkdirAll(e.c.pprofDir, 0o755); err != nil {
+		e.log.Warn("profiles", "err", err)
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(warmup + d/4):
+	}
+	var pw sync.WaitGroup
+	for _, b := range servers {
+		pw.Add(1)
+		go func() {
+			defer pw.Done()
+			base := filepath.Join(e.c.pprofDir, prefix+"-"+b.name)
+			secs := max(1, int(d/4/time.Second))
+			for _, p := range []struct{ path, file string }{
+				{fmt.Sprintf("profile?seconds=%d", secs), base + "-cpu.pprof"},
+				{"heap", base + "-heap.pprof"},
+				{"heap?debug=1", base + "-heap.txt"}, // ends with runtime.MemStats: heap, stacks, GC
+				{"goroutine", base + "-goroutine.pprof"},
+			} {
+				if err := b.saveProfile(ctx, p.path, p.file); err != nil {
+					e.log.Warn("profiles", "err", err)
+					return
+				}
+			}
+			e.log.Info("profiles saved", "bootyd", b.name, "to", base+"-*.pprof")
+		}()
+	}
+	pw.Wait()
 }

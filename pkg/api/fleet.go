@@ -36,7 +36,7 @@ import (
 //	POST /v1/enroll                       EnrollRequest → EnrollResponse (no token; 409 while another agent session is live, 404 with auto-discovery off, 429 at the discovered-machines bound)
 //	POST /v1/machines/{mac}/heartbeat     Heartbeat → HeartbeatResponse
 //	GET  /v1/machines/{mac}/command       ?wait=SECONDS (default and at most 25): AgentCommand, or 204 when none came within the wait
-//	POST /v1/machines/{mac}/command       CommandResult → {}
+//	POST /v1/machines/{mac}/command       CommandResult → {} (the result of anything but an inspection, success or failure, ends the agent session: the agent's run is over, and its next boot enrolls at once)
 //	POST /v1/machines/{mac}/status        StatusReport   (with Generation)
 //	POST /v1/machines/{mac}/progress      ProgressReport (with Generation)
 //	POST /v1/machines/{mac}/logs          LogBatch       (429 past the per-machine rate)
@@ -47,6 +47,12 @@ import (
 //
 //	GET  /v1/boot.ipxe, GET /v1/machines/{mac}/ipxe, GET /files/{path}
 //	GET  /v1/agent/boot                   AgentBoot (for booty takeover)
+//
+// The command long poll is cheap to hold: bootyd parks an HTTP/1.1 poll
+// that finds no command (its connection, a timer and a callback; no
+// goroutine, no buffers), answers it within milliseconds of a command, and
+// keeps the connection alive for the agent's next request. bootyd serves
+// HTTP/1.1 only, over TLS too.
 //
 // Bodies are bounded (413); errors are Error bodies with the usual codes:
 // 400 bad input, 401, 404, 409 (conflict, transition not allowed, stale

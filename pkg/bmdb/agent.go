@@ -229,8 +229,8 @@ func (db *DB) Authenticate(ctx context.Context, mac, token string) (string, erro
 	var ended sql.NullInt64
 	found := false
 	if c, err := ParseMAC(mac); err == nil {
-		err := db.sql.QueryRowContext(ctx, db.q(`SELECT m.machine_id, s.token_hash, s.ended_at FROM machine_macs m
-			JOIN agent_sessions s ON s.machine_id = m.machine_id WHERE m.mac = ?`), c).Scan(&id, &stored, &ended)
+		err := db.queryRow(ctx, `SELECT m.machine_id, s.token_hash, s.ended_at FROM machine_macs m
+			JOIN agent_sessions s ON s.machine_id = m.machine_id WHERE m.mac = ?`, c).Scan(&id, &stored, &ended)
 		switch {
 		case err == nil:
 			found = len(stored) == sha256.Size && !ended.Valid
@@ -354,7 +354,9 @@ type Command struct {
 func (db *DB) PendingCommand(ctx context.Context, id string) (*Command, error) {
 	var kind, spec string
 	var gen, at int64
-	err := db.sql.QueryRowContext(ctx, db.q("SELECT command, command_generation, command_issued_at, spec FROM machines WHERE id = ?"), id).
+	// The spec (cloud-init data included) is read only with a command.
+	err := db.queryRow(ctx, `SELECT command, command_generation, command_issued_at,
+		CASE WHEN command = '' THEN '' ELSE spec END FROM machines WHERE id = ?`, id).
 		Scan(&kind, &gen, &at, &spec)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("pending command of machine %s: %w", id, ErrNotFound)
@@ -422,15 +424,18 @@ type CommandResult struct {
 // and moves the machine on, in one transaction:
 //
 //   - inspect: inspecting → available;
-//   - provision: provisioning → provisioned, the install succeeded; the
-//     agent session ends (the machine boots its OS);
+//   - provision: provisioning → provisioned, the install succeeded;
 //   - deprovision: deprovisioning → available;
 //   - poweroff: powering off before delete → deleting; otherwise nothing;
-//   - reboot: the agent session ends.
+//   - reboot: nothing.
 //
 // A failure keeps the state, sets status error with the command's error
 // type and counts it. The command is cleared either way; a success resets
-// the error count. gen must be the pending command's generation: a repeated
+// the error count. Every command but inspect ends the agent session,
+// success or failure: its agent hands off (the OS boots, the machine
+// reboots or powers off) or, after a failed run, follows its failure policy
+// and polls no more, so the next boot's agent enrolls at once instead of
+// being refused until the session's heartbeats time out. gen must be the pending command's generation: a repeated
 // report for a command already completed at gen changes nothing, any other
 // gives ErrStaleGeneration.
 func (db *DB) CompleteCommand(ctx context.Context, id string, gen int64, r CommandResult) (Machine, error) {
@@ -450,12 +455,12 @@ func (db *DB) CompleteCommand(ctx context.Context, id string, gen int64, r Comma
 		}
 		t := now()
 		to, reason, errType := m.State, string(m.Command)+"Done", ErrorType("")
-		endSession := false
+		endSession := m.Command != CommandInspect // the agent's run ends: see the doc comment
 		switch m.Command {
 		case CommandInspect:
 			to, reason, errType = StateAvailable, "InspectionDone", ErrorInspection
 		case CommandProvision:
-			to, reason, errType, endSession = StateProvisioned, "ProvisioningDone", ErrorProvisioning, true
+			to, reason, errType = StateProvisioned, "ProvisioningDone", ErrorProvisioning
 		case CommandDeprovision:
 			to, reason, errType = StateAvailable, "DeprovisioningDone", ErrorProvisioning
 		case CommandPowerOff:
@@ -464,7 +469,7 @@ func (db *DB) CompleteCommand(ctx context.Context, id string, gen int64, r Comma
 				to = StateDeleting
 			}
 		case CommandReboot:
-			reason, errType, endSession = "Rebooted", ErrorPowerManagement, true
+			reason, errType = "Rebooted", ErrorPowerManagement
 		}
 		status, errMsg, errCount, evType := StatusOK, "", 0, EventNormal
 		if m.Status != StatusError {
@@ -475,7 +480,6 @@ func (db *DB) CompleteCommand(ctx context.Context, id string, gen int64, r Comma
 			to, reason = m.State, strings.TrimSuffix(reason, "Done")+"Failed"
 			status, errMsg, errCount, evType = StatusError, r.Error, m.Error.Count+1, EventWarning
 			msg = fmt.Sprintf("command %s at generation %d failed: %s", m.Command, gen, r.Error)
-			endSession = false
 		} else {
 			errType = ""
 		}
@@ -501,7 +505,7 @@ func (db *DB) CompleteCommand(ctx context.Context, id string, gen int64, r Comma
 			return err
 		}
 		if endSession {
-			if err := db.endAgentSession(ctx, tx, id, fmt.Sprintf("command %s done", m.Command), gen); err != nil {
+			if err := db.endAgentSession(ctx, tx, id, fmt.Sprintf("command %s %s", m.Command, result), gen); err != nil {
 				return err
 			}
 		}

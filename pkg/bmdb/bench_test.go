@@ -14,7 +14,9 @@ import (
 // BenchmarkHeartbeat measures agent heartbeat writes over a fleet of 10,000
 // enrolled machines, with 16 concurrent writers (as HTTP handlers would be):
 // "heartbeat" is the write alone, "auth+heartbeat" adds the token check each
-// request pays. The target is 1,000 heartbeats/s on SQLite.
+// request pays, "auth+poll" is the token check and the read of the pending
+// command a command poll makes. The target is 1,000 heartbeats/s on SQLite
+// (bootyd batches them since: bmdb.HeartbeatMany).
 //
 //	go test -run '^$' -bench Heartbeat -benchtime 5s ./pkg/bmdb/
 func BenchmarkHeartbeat(b *testing.B) {
@@ -49,7 +51,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 			}
 			b.Logf("%s: enrolled %d agents in %s", e.Name, fleet, time.Since(start).Round(time.Millisecond))
 
-			run := func(b *testing.B, auth bool) {
+			run := func(b *testing.B, auth, poll bool) {
 				var i atomic.Int64
 				b.SetParallelism(8) // × GOMAXPROCS goroutines
 				b.ResetTimer()
@@ -63,6 +65,13 @@ func BenchmarkHeartbeat(b *testing.B) {
 								return
 							}
 						}
+						if poll {
+							if _, err := db.PendingCommand(ctx(b), a.id); err != nil {
+								b.Error(err)
+								return
+							}
+							continue
+						}
 						if err := db.Heartbeat(ctx(b), a.id); err != nil {
 							b.Error(err)
 							return
@@ -71,8 +80,10 @@ func BenchmarkHeartbeat(b *testing.B) {
 				})
 				b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "heartbeats/s")
 			}
-			b.Run("heartbeat", func(b *testing.B) { run(b, false) })
-			b.Run("auth+heartbeat", func(b *testing.B) { run(b, true) })
+			b.Run("heartbeat", func(b *testing.B) { run(b, false, false) })
+			b.Run("auth+heartbeat", func(b *testing.B) { run(b, true, false) })
+			// What each command poll costs before it parks.
+			b.Run("auth+poll", func(b *testing.B) { run(b, true, true) })
 		})
 	}
 }

@@ -74,6 +74,7 @@ type DB struct {
 	writeMu sync.Mutex
 
 	notify notifier
+	stmts  stmtCache
 	// dsn and stopListen/listenDone run the PostgreSQL change listener.
 	dsn        string
 	stopListen context.CancelFunc
@@ -269,6 +270,7 @@ func (db *DB) Close() error {
 		db.stopListen()
 		<-db.listenDone
 	}
+	db.stmts.close()
 	return db.sql.Close()
 }
 

@@ -17,6 +17,7 @@ import (
 type notifier struct {
 	mu sync.Mutex
 	ch map[string]chan struct{}
+	fn map[string]map[*func()]struct{} // OnChange callbacks by machine
 }
 
 // watch returns a channel that is closed at the next change of machine id.
@@ -35,13 +36,45 @@ func (n *notifier) watch(id string) <-chan struct{} {
 	return c
 }
 
+// onChange registers fn to be called once at the next change of machine
+// id; cancel drops it if it was not called yet.
+func (n *notifier) onChange(id string, fn func()) (cancel func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.fn == nil {
+		n.fn = make(map[string]map[*func()]struct{})
+	}
+	set := n.fn[id]
+	if set == nil {
+		set = make(map[*func()]struct{})
+		n.fn[id] = set
+	}
+	key := &fn
+	set[key] = struct{}{}
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if set := n.fn[id]; set != nil {
+			delete(set, key)
+			if len(set) == 0 {
+				delete(n.fn, id)
+			}
+		}
+	}
+}
+
 // changed wakes every watcher of machine id. Call it after the commit.
 func (n *notifier) changed(id string) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if c, ok := n.ch[id]; ok {
 		close(c)
 		delete(n.ch, id)
+	}
+	set := n.fn[id]
+	delete(n.fn, id)
+	n.mu.Unlock()
+	for fn := range set {
+		(*fn)()
 	}
 }
 
@@ -49,11 +82,28 @@ func (n *notifier) changed(id string) {
 // PostgreSQL listener reconnected), so all re-read the database.
 func (n *notifier) changedAll() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	for id, c := range n.ch {
 		close(c)
 		delete(n.ch, id)
 	}
+	all := n.fn
+	n.fn = nil
+	n.mu.Unlock()
+	for _, set := range all {
+		for fn := range set {
+			(*fn)()
+		}
+	}
+}
+
+// OnChange calls fn once at the next change of machine id's command or
+// state (in this process or, on PostgreSQL, in another replica), or when
+// changes may have been missed; fn must not block (start a goroutine).
+// cancel drops fn if it was not called yet. A caller that waits without a
+// goroutine of its own (bootyd's parked long polls) registers fn before it
+// reads PendingCommand, so no command falls in between.
+func (db *DB) OnChange(id string, fn func()) (cancel func()) {
+	return db.notify.onChange(id, fn)
 }
 
 // notifyChannel is the PostgreSQL channel on which a replica announces that

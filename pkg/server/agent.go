@@ -181,7 +181,8 @@ func (s *Server) agentSession(w http.ResponseWriter, r *http.Request) (agentAuth
 	return a, true
 }
 
-// handleHeartbeat records a heartbeat.
+// handleHeartbeat records a heartbeat: authenticated (the session is
+// live), then buffered and written with the others within HeartbeatFlush.
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.agentSession(w, r)
 	if !ok {
@@ -191,16 +192,16 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 && !s.decodeBody(w, r, &hb, "Heartbeat") {
 		return
 	}
-	if err := s.db.Heartbeat(r.Context(), a.id); err != nil {
-		s.dbError(w, "heartbeat", err)
-		return
-	}
+	s.heartbeat(a.id)
 	writeJSON(w, http.StatusOK, api.HeartbeatResponse{})
 }
 
 // handleCommand is the agent's long poll: the pending command with the
 // config rendered from the machine's spec, or 204 after ?wait= seconds
-// (default and at most MaxPollWait).
+// (default and at most MaxPollWait). An HTTP/1.1 poll that finds no
+// command is parked (longpoll.go): bootyd keeps its connection, not a
+// goroutine, until a command comes or the wait ends. A poll that cannot be
+// parked waits in bmdb.WaitCommand.
 func (s *Server) handleCommand(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.agentSession(w, r)
 	if !ok {
@@ -215,7 +216,18 @@ func (s *Server) handleCommand(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = min(time.Duration(n)*time.Second, MaxPollWait)
 	}
+	if wait > 0 && s.park(w, r, a, wait) {
+		return
+	}
 	c, err := s.db.WaitCommand(r.Context(), a.id, wait)
+	s.answerCommand(r.Context(), w, a, c, err)
+}
+
+// answerCommand answers a command poll with what it found: the database's
+// error, 204 without a command, else the command with its rendered config.
+// A spec that renders no config fails the command here, visibly, and
+// answers 204.
+func (s *Server) answerCommand(ctx context.Context, w http.ResponseWriter, a agentAuth, c *bmdb.Command, err error) {
 	if err != nil {
 		s.dbError(w, "wait for a command", err)
 		return
@@ -236,7 +248,7 @@ func (s *Server) handleCommand(w http.ResponseWriter, r *http.Request) {
 			// The operator's spec does not make a config: the command fails
 			// here, visibly, instead of on the machine.
 			msg := "bootyd could not render the config: " + err.Error()
-			if _, cerr := s.db.CompleteCommand(r.Context(), a.id, c.Generation, bmdb.CommandResult{Error: msg}); cerr != nil {
+			if _, cerr := s.db.CompleteCommand(ctx, a.id, c.Generation, bmdb.CommandResult{Error: msg}); cerr != nil {
 				s.log.Warn("fail command", "machine", a.id, "err", cerr)
 			}
 			s.println("%s %s FAILED: %s", a.mac, c.Kind, clean(msg))

@@ -183,10 +183,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		s.dbError(w, "list machines", err)
 		return
 	}
-	out := api.MachineList{Machines: make([]api.Machine, 0, len(ms))}
-	for _, m := range ms {
-		out.Machines = append(out.Machines, s.decorate(r.Context(), m))
-	}
+	out := api.MachineList{Machines: s.decorateAll(r.Context(), ms)}
 	if o.Limit > 0 && len(ms) == o.Limit {
 		out.Next = ms[len(ms)-1].Name
 	}

@@ -102,6 +102,9 @@ type Options struct {
 	OperatorTokens []string
 	// HeartbeatInterval is what enrolled agents are told (default 10 s).
 	HeartbeatInterval time.Duration
+	// HeartbeatFlush is how long heartbeats are buffered before they are
+	// written in one batch (default HeartbeatFlushInterval).
+	HeartbeatFlush time.Duration
 	// AutoDiscover serves iPXE scripts to unknown MACs (their agents then
 	// enroll as discovered machines, when the BMDB allows it).
 	AutoDiscover bool
@@ -131,9 +134,14 @@ type Server struct {
 	persistMu sync.Mutex
 	outMu     sync.Mutex
 
-	db    *bmdb.DB
-	limit limiter
-	bmc   *bmcState
+	db     *bmdb.DB
+	limit  limiter
+	beats  heartbeatBuffer
+	parked parkedPolls
+	bmc    *bmcState
+	// readHeaderTimeout bounds reading a request's header (10 s; tests
+	// shorten it).
+	readHeaderTimeout time.Duration
 }
 
 // New checks opts, fills defaults, loads persisted state from StateDir
@@ -211,6 +219,9 @@ func New(opts Options) (*Server, error) {
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
 	}
+	if opts.HeartbeatFlush <= 0 {
+		opts.HeartbeatFlush = HeartbeatFlushInterval
+	}
 	if opts.ReportRate <= 0 {
 		opts.ReportRate = DefaultReportRate
 	}
@@ -225,6 +236,8 @@ func New(opts Options) (*Server, error) {
 		changed:   make(chan struct{}),
 		db:        opts.DB,
 		limit:     limiter{rate: float64(opts.ReportRate), burst: float64(opts.ReportBurst)},
+
+		readHeaderTimeout: 10 * time.Second,
 	}
 	var err error
 	if s.bmc, err = newBMCState(opts); err != nil {
@@ -281,30 +294,35 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.readHeaderTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// HTTP/1.1 only (no h2 over TLS): parked long polls take their
+	// connection over and hand it back through pl (longpoll.go).
+	var tlsCfg *tls.Config
+	if s.opts.TLSConfig != nil {
+		tlsCfg = s.opts.TLSConfig.Clone()
+		tlsCfg.NextProtos = []string{"http/1.1"}
+	}
+	pl := newPollListener(ln, tlsCfg, srv.IdleTimeout)
+	s.parked.serving(pl.handBack)
 	errc := make(chan error, 1)
-	go func() {
-		if s.opts.TLSConfig != nil {
-			srv.TLSConfig = s.opts.TLSConfig.Clone()
-			errc <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
+	go func() { errc <- srv.Serve(pl) }()
 	select {
 	case err := <-errc:
+		s.parked.serving(nil)
 		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
+	s.parked.close(sctx)
 	err := srv.Shutdown(sctx)
 	<-errc
+	s.flushHeartbeats(sctx)
 	if err != nil {
 		srv.Close()
 		return fmt.Errorf("shut down server on %s: %w", ln.Addr(), err)

@@ -93,44 +93,63 @@ func (b *bootydProc) kill9(t *testing.T) {
 	<-b.done
 }
 
-// op is an operator API call; it fails the test on a non-2xx answer.
-func (b *bootydProc) op(t *testing.T, method, path string, body, out any) {
-	t.Helper()
-	operatorCall(t, "http://127.0.0.1:"+b.port, fleetToken, method, path, body, out)
+// ctl runs the operator's CLI, out/bootyctl, against bootyd: the
+// operator side of this test goes through it, as an operator's would.
+type ctl struct {
+	bin, server, tokenFile string
 }
 
-// operatorCall calls bootyd's operator API at base with token, sending
-// body (JSON, when not nil) and decoding the answer into out (when not
-// nil); it fails the test on a non-2xx answer.
-func operatorCall(t *testing.T, base, token, method, path string, body, out any) {
+// bootyctlBin is $BOOTYCTL_BIN, else the bootyctl next to $BOOTY_BIN (make
+// build puts out/booty, out/bootyd and out/bootyctl together), else one
+// built from this checkout.
+func bootyctlBin(t *testing.T) string {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		j, _ := json.Marshal(body)
-		rd = bytes.NewReader(j)
+	if bin := os.Getenv("BOOTYCTL_BIN"); bin != "" {
+		return bin
 	}
-	req, _ := http.NewRequest(method, base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, data)
+	if booty := os.Getenv("BOOTY_BIN"); booty != "" {
+		bin := filepath.Join(filepath.Dir(booty), "bootyctl")
+		if _, err := os.Stat(bin); err == nil {
+			return bin
 		}
 	}
+	bin := filepath.Join(t.TempDir(), "bootyctl")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/bootyctl")
+	build.Dir = repoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build bootyctl: %v\n%s", err, out)
+	}
+	return bin
 }
 
-func (b *bootydProc) show(t *testing.T, name string) api.MachineDetail {
+// run runs `bootyctl machines ARGS…` and returns its stdout; a failure
+// (non-zero exit) fails the test with its stderr.
+func (c ctl) run(t *testing.T, args ...string) []byte {
+	t.Helper()
+	args = append(append([]string{"machines"}, args...), "--server", c.server, "--insecure-http", "--token-file", c.tokenFile)
+	cmd := exec.Command(c.bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bootyctl %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// json runs `bootyctl machines ARGS… -o json` and decodes what it printed.
+func (c ctl) json(t *testing.T, out any, args ...string) {
+	t.Helper()
+	b := c.run(t, append(args, "-o", "json")...)
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("bootyctl %s -o json: %v: %s", strings.Join(args, " "), err, b)
+	}
+}
+
+func (c ctl) show(t *testing.T, name string) api.MachineDetail {
 	t.Helper()
 	var d api.MachineDetail
-	b.op(t, "GET", "/v1/machines/"+name, nil, &d)
+	c.json(t, &d, "show", name)
 	return d
 }
 
@@ -204,13 +223,15 @@ func freePort(t *testing.T) string {
 }
 
 // TestFleetEnrollInspectProvisionSurvivesKill: two QEMU machines boot the
-// agent with only booty.server= (and booty.insecure-http=1); both enroll
-// and are inspected (their disks appear in the operator API), are
-// provisioned with different images and root device hints; bootyd (out of
+// agent with only booty.server= (and booty.insecure-http=1); the operator
+// side goes through the real bootyctl binary. Both enroll and are inspected
+// (their disks appear in `bootyctl machines show`), are provisioned with
+// `bootyctl machines provision` with different images and root device
+// hints; bootyd (out of
 // process, SQLite) is killed -9 during one machine's image write and
 // restarted: the state, steps and logs are there, the agent's reports in
 // between landed, and both machines end provisioned. One is then
-// deprovisioned back to available.
+// deprovisioned back to available (`bootyctl machines deprovision`).
 func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	a := buildArtifacts(t)
 	start := time.Now()
@@ -243,6 +264,7 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	b := &bootydProc{bin: bin, port: port, out: &lockedBuffer{}, args: []string{"--insecure-http", "--listen", "127.0.0.1:" + port,
 		"--state-dir", filepath.Join(dir, "state"), "--operator-token-file", tokens, "--public-url", serverURL}}
 	b.start(t)
+	c := ctl{bin: bootyctlBin(t), server: "http://127.0.0.1:" + port, tokenFile: tokens}
 	t.Cleanup(func() {
 		if b.cmd.ProcessState == nil {
 			b.cmd.Process.Kill()
@@ -283,7 +305,7 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	// Both enroll as discovered machines.
 	waitFor(t, "both agents to enroll", 8*time.Minute, func() bool {
 		var l api.MachineList
-		b.op(t, "GET", "/v1/machines", nil, &l)
+		c.json(t, &l, "list")
 		live := 0
 		for _, m := range l.Machines {
 			if m.Agent != nil && m.Agent.Live {
@@ -300,13 +322,14 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	})
 	t.Logf("both enrolled after %s", time.Since(start).Round(time.Second))
 
-	// Inspection: their disks appear.
+	// Inspection: their disks appear in `bootyctl machines show`, as JSON
+	// and in the table an operator reads.
 	for _, m := range []*machine{ma, mb} {
-		b.op(t, "POST", "/v1/machines/"+m.name+"/inspect", nil, nil)
+		c.run(t, "inspect", m.name)
 	}
 	for _, m := range []*machine{ma, mb} {
-		waitFor(t, m.name+" to be inspected", 5*time.Minute, func() bool { return b.show(t, m.name).State == api.MachineAvailable })
-		d := b.show(t, m.name)
+		waitFor(t, m.name+" to be inspected", 5*time.Minute, func() bool { return c.show(t, m.name).State == api.MachineAvailable })
+		d := c.show(t, m.name)
 		if d.Hardware == nil || len(d.Hardware.Storage) != len(m.disks) {
 			t.Fatalf("%s: hardware %+v, want %d disks", m.name, d.Hardware, len(m.disks))
 		}
@@ -315,34 +338,50 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 				t.Errorf("%s: disk %s serial %q, want %q", m.name, s.Name, s.SerialNumber, m.disks[i].Serial)
 			}
 		}
+		table := string(c.run(t, "show", m.name))
+		for _, disk := range m.disks {
+			if !strings.Contains(table, disk.Serial) {
+				t.Errorf("%s: `bootyctl machines show` lacks disk %s:\n%s", m.name, disk.Serial, table)
+			}
+		}
 	}
 	t.Logf("both inspected after %s", time.Since(start).Round(time.Second))
 
-	// Provision: A from the slow zst by device name, B the gz by serial
-	// onto its second disk. Written as they are (no growth, no EFI entry,
-	// nothing configured inside), so the disks compare with the image.
-	over := json.RawMessage(`{"handoff":"poweroff","efiBootEntry":false,"disk":{"rootPartitionSize":"keep"},"onFailure":{"action":"poweroff","delay":"5s"}}`)
+	// Provision through bootyctl: A from the slow zst by device name, B the
+	// gz by serial onto its second disk. Written as they are (no growth, no
+	// EFI entry, nothing configured inside), so the disks compare with the
+	// image.
+	over := filepath.Join(dir, "overrides.json")
+	if err := os.WriteFile(over, []byte(`{"handoff":"poweroff","efiBootEntry":false,"disk":{"rootPartitionSize":"keep"},"onFailure":{"action":"poweroff","delay":"5s"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	raw := sha256Of(t, filepath.Join(a.demo, harness.DemoImage))
-	specA := api.MachineSpec{Image: api.ImageSpec{URL: filesURL + "/slow/" + harness.DemoImageZst,
-		Checksum: sha256Of(t, filepath.Join(a.demo, harness.DemoImageZst)), Checksums: []string{raw}},
-		RootDeviceHints: &api.RootDeviceHints{DeviceName: "/dev/vda"}, ConfigOverrides: over}
-	specB := api.MachineSpec{Image: api.ImageSpec{URL: filesURL + "/" + harness.DemoImage + ".gz",
-		Checksum: sha256Of(t, filepath.Join(a.demo, harness.DemoImage+".gz")), Checksums: []string{raw}},
-		RootDeviceHints: &api.RootDeviceHints{SerialNumber: mb.disks[1].Serial}, ConfigOverrides: over}
-	b.op(t, "POST", "/v1/machines/"+ma.name+"/provision", api.ProvisionRequest{Spec: &specA}, nil)
-	b.op(t, "POST", "/v1/machines/"+mb.name+"/provision", api.ProvisionRequest{Spec: &specB}, nil)
+	c.run(t, "provision", ma.name, "--image", filesURL+"/slow/"+harness.DemoImageZst,
+		"--checksum", sha256Of(t, filepath.Join(a.demo, harness.DemoImageZst)), "--extra-checksum", raw,
+		"--root-device-name", "/dev/vda", "--config-overrides-file", over)
+	c.run(t, "provision", mb.name, "--image", filesURL+"/"+harness.DemoImage+".gz",
+		"--checksum", sha256Of(t, filepath.Join(a.demo, harness.DemoImage+".gz")), "--extra-checksum", raw,
+		"--root-serial", mb.disks[1].Serial, "--config-overrides-file", over)
+	for _, m := range []*machine{ma, mb} {
+		if d := c.show(t, m.name); d.Spec.RootDeviceHints == nil || d.Spec.Image.URL == "" {
+			t.Fatalf("%s: spec after bootyctl machines provision: %+v", m.name, d.Spec)
+		}
+	}
+	if hA, hB := c.show(t, ma.name).Spec.RootDeviceHints, c.show(t, mb.name).Spec.RootDeviceHints; hA.DeviceName != "/dev/vda" || hB.SerialNumber != mb.disks[1].Serial {
+		t.Fatalf("root device hints after bootyctl: A %+v, B %+v", hA, hB)
+	}
 
 	// Kill -9 bootyd while A writes its image; restart it.
 	waitFor(t, ma.name+" to write", 5*time.Minute, func() bool {
-		d := b.show(t, ma.name)
+		d := c.show(t, ma.name)
 		return d.Progress != nil && d.Progress.BytesDone > 0
 	})
-	before := b.show(t, ma.name)
+	before := c.show(t, ma.name)
 	b.kill9(t)
 	t.Logf("bootyd killed -9 at %s of %s written, after %s", humanBytes(before.Progress.BytesDone), humanBytes(before.Progress.BytesTotal), time.Since(start).Round(time.Second))
 	time.Sleep(3 * time.Second)
 	b.start(t)
-	after := b.show(t, ma.name)
+	after := c.show(t, ma.name)
 	if after.State != api.MachineProvisioning || after.Install == nil || len(after.Install.Steps) < len(before.Install.Steps) ||
 		after.Progress == nil || after.Progress.BytesDone < before.Progress.BytesDone {
 		t.Fatalf("after the restart: %+v, install %+v; before: %+v", after.Machine, after.Install, before.Install)
@@ -350,7 +389,7 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 
 	for _, m := range []*machine{ma, mb} {
 		waitFor(t, m.name+" to be provisioned", 10*time.Minute, func() bool {
-			d := b.show(t, m.name)
+			d := c.show(t, m.name)
 			if d.Status == api.StatusError {
 				t.Fatalf("%s failed: %+v\n%s", m.name, d.Error, m.v.ConsoleText())
 			}
@@ -364,7 +403,7 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 		}
 	}
 	t.Logf("both provisioned after %s", time.Since(start).Round(time.Second))
-	d := b.show(t, ma.name)
+	d := c.show(t, ma.name)
 	var steps []string
 	for _, s := range d.Install.Steps {
 		steps = append(steps, s.Name+":"+s.Result)
@@ -378,7 +417,7 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	// Reports the agent sent while bootyd was down landed: a step finished
 	// after the kill, and log lines from after the restart.
 	var logs api.LogList
-	b.op(t, "GET", "/v1/machines/"+ma.name+"/logs?limit=1000", nil, &logs)
+	c.json(t, &logs, "logs", ma.name, "--limit", "1000")
 	if len(logs.Lines) == 0 {
 		t.Errorf("%s: no logs", ma.name)
 	}
@@ -392,10 +431,10 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	}
 
 	// Deprovision B: its agent boots again, enrolls, runs the command.
-	b.op(t, "POST", "/v1/machines/"+mb.name+"/deprovision", nil, nil)
+	c.run(t, "deprovision", mb.name)
 	boot(mb)
 	waitFor(t, mb.name+" to be deprovisioned", 8*time.Minute, func() bool {
-		d := b.show(t, mb.name)
+		d := c.show(t, mb.name)
 		if d.Status == api.StatusError {
 			t.Fatalf("%s deprovision failed: %+v\n%s", mb.name, d.Error, mb.v.ConsoleText())
 		}
@@ -403,7 +442,7 @@ func TestFleetEnrollInspectProvisionSurvivesKill(t *testing.T) {
 	})
 	t.Logf("deprovisioned after %s", time.Since(start).Round(time.Second))
 	var ev api.EventList
-	b.op(t, "GET", "/v1/machines/"+mb.name+"/events", nil, &ev)
+	c.json(t, &ev, "events", mb.name)
 	var reasons []string
 	for _, e := range ev.Events {
 		reasons = append(reasons, e.Reason)

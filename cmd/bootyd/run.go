@@ -64,13 +64,14 @@ type config struct {
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
+	loops           loopsConfig
 }
 
 // printUsage writes the full help: what bootyd does, an example, every flag.
 func printUsage(w io.Writer) {
 	var c config
 	fs := newFlagSet(&c)
-	fmt.Fprint(w, usageHead)
+	fmt.Fprint(w, strings.TrimSuffix(usageHead, "\nFlags:\n")+"\n"+usageLoops+"\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -118,6 +119,7 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.DurationVar(&c.opts.FileWriteTimeout, "file-write-timeout", server.DefaultFileWriteTimeout, "each 4 MiB of a /files/ download must be sent within this plus its time at --file-min-rate, else the client is dropped")
 	fs.Int64Var(&c.opts.FileMinRate, "file-min-rate", server.DefaultFileMinRate, "slowest /files/ client tolerated, in bytes per second (see --file-write-timeout)")
 	fs.DurationVar(&c.opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
+	addLoopFlags(fs, &c.loops)
 	return fs
 }
 
@@ -150,6 +152,9 @@ func checkConfig(c *config) error {
 	}
 	if c.maxDiscovered < 1 {
 		return fmt.Errorf("--max-discovered %d: want at least 1", c.maxDiscovered)
+	}
+	if err := c.loops.check(); err != nil {
+		return err
 	}
 	if c.listen == "" {
 		c.listen = ":8443"
@@ -248,6 +253,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	srv.RegisterConfigs(ctx)
+	stopLoops, err := startLoops(ctx, c.loops, db, log)
+	if err != nil {
+		log.Error("start bootyd", "err", err)
+		return 1
+	}
+	defer stopLoops()
 	log.Info("bootyd listening", "addr", ln.Addr().String(), "scheme", scheme,
 		"configs", c.opts.ConfigDir, "files", c.opts.FilesDir, "state_dir", c.opts.StateDir, "db", db.Engine(),
 		"operator_tokens", len(c.opts.OperatorTokens), "auto_discover", c.autoDiscover)

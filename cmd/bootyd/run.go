@@ -68,13 +68,14 @@ type config struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	pprofListen     string
+	loops           loopsConfig
 }
 
 // printUsage writes the full help: what bootyd does, an example, every flag.
 func printUsage(w io.Writer) {
 	var c config
 	fs := newFlagSet(&c)
-	fmt.Fprint(w, usageHead)
+	fmt.Fprint(w, strings.TrimSuffix(usageHead, "\nFlags:\n")+"\n"+usageLoops+"\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -124,6 +125,7 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.DurationVar(&c.opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	fs.StringVar(&c.opts.BMCCACert, "bmc-ca-cert", "", "PEM CA certificates that verify Redfish BMCs' TLS certificates, in addition to the system's roots")
 	fs.StringVar(&c.pprofListen, "debug-pprof-listen", "", "serve Go's pprof profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (default off)")
+	addLoopFlags(fs, &c.loops)
 	return fs
 }
 
@@ -159,6 +161,9 @@ func checkConfig(c *config) error {
 	}
 	if c.maxDiscovered < 1 {
 		return fmt.Errorf("--max-discovered %d: want at least 1", c.maxDiscovered)
+	}
+	if err := c.loops.check(); err != nil {
+		return err
 	}
 	if c.listen == "" {
 		c.listen = ":8443"
@@ -265,6 +270,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Info("pprof profiles served", "addr", addr)
 	}
 	srv.RegisterConfigs(ctx)
+	stopLoops, err := startLoops(ctx, c.loops, db, log)
+	if err != nil {
+		log.Error("start bootyd", "err", err)
+		return 1
+	}
+	defer stopLoops()
 	log.Info("bootyd listening", "addr", ln.Addr().String(), "scheme", scheme,
 		"configs", c.opts.ConfigDir, "files", c.opts.FilesDir, "state_dir", c.opts.StateDir, "db", db.Engine(),
 		"operator_tokens", len(c.opts.OperatorTokens), "auto_discover", c.autoDiscover)

@@ -236,7 +236,7 @@ func TestHelp(t *testing.T) {
 	for _, w := range []string{"Example:", "bootyd --state-dir", "--db", "--operator-token-file", "--auto-discover", "--configs", "--default-config", "--files", "--state-dir",
 		"--public-url", "--ipxe-kernel", "--ipxe-initrd", "--ipxe-cmdline", "--allow-no-token", "--listen",
 		"--tls-cert", "--tls-key", "--insecure-http", "--log-level", "--log-format", "--shutdown-timeout",
-		"--max-file-conns", "--file-write-timeout", "--file-min-rate", "--idle-timeout", "--bmc-ca-cert", "--debug-pprof-listen",
+		"--max-file-conns", "--file-write-timeout", "--file-min-rate", "--idle-timeout", "--bmc-ca-cert", "--bmc-power-timeout", "--debug-pprof-listen",
 		"host reconciler", "--reconcile[=true|false]", "--reconcile-parallelism", "--reconcile-db-query-rate", "--reconcile-resync",
 		"--reconcile-error-backoff", "--reconcile-error-backoff-max", "--recover[=true|false]", "--recoverer-heartbeat-timeout"} {
 		if !strings.Contains(help, w) {
@@ -267,6 +267,7 @@ func TestFlagErrors(t *testing.T) {
 		{"pprof off loopback", []string{"--insecure-http", "--state-dir", t.TempDir(), "--debug-pprof-listen", "0.0.0.0:6060"}, 2, "want a loopback address"},
 		{"reconcile resync too short", []string{"--insecure-http", "--state-dir", t.TempDir(), "--reconcile-resync", "10ms"}, 2, "resync 10ms is under 1s"},
 		{"bad reconcile rate", []string{"--insecure-http", "--state-dir", t.TempDir(), "--reconcile-db-query-rate", "fast"}, 2, "reconcile-db-query-rate"},
+		{"zero BMC power timeout", []string{"--insecure-http", "--state-dir", t.TempDir(), "--bmc-power-timeout", "0s"}, 2, "--bmc-power-timeout 0s"},
 		{"short operator token", []string{"--insecure-http", "--state-dir", t.TempDir(), "--operator-token-file", shortTokens(t)}, 1, "shorter than 16"},
 	}
 	for _, tt := range tests {

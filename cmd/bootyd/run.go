@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/booty-dev/booty/pkg/bmc"
 	"github.com/booty-dev/booty/pkg/bmdb"
 	"github.com/booty-dev/booty/pkg/server"
 )
@@ -124,6 +125,7 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.Int64Var(&c.opts.FileMinRate, "file-min-rate", server.DefaultFileMinRate, "slowest /files/ client tolerated, in bytes per second (see --file-write-timeout)")
 	fs.DurationVar(&c.opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	fs.StringVar(&c.opts.BMCCACert, "bmc-ca-cert", "", "PEM CA certificates that verify Redfish BMCs' TLS certificates, in addition to the system's roots")
+	fs.DurationVar(&c.opts.BMC.PowerTimeout, "bmc-power-timeout", bmc.DefaultPowerTimeout, "how long a BMC has to show a power on, hard off or reset before the call fails as not applied")
 	fs.StringVar(&c.pprofListen, "debug-pprof-listen", "", "serve Go's pprof profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (default off)")
 	addLoopFlags(fs, &c.loops)
 	return fs
@@ -147,6 +149,8 @@ func checkConfig(c *config) error {
 		return fmt.Errorf("--file-write-timeout %s: must be positive", c.opts.FileWriteTimeout)
 	case c.opts.FileMinRate <= 0:
 		return fmt.Errorf("--file-min-rate %d: must be a positive number of bytes per second", c.opts.FileMinRate)
+	case c.opts.BMC.PowerTimeout <= 0:
+		return fmt.Errorf("--bmc-power-timeout %s: must be positive", c.opts.BMC.PowerTimeout)
 	case c.opts.IdleTimeout <= 0:
 		return fmt.Errorf("--idle-timeout %s: must be positive", c.opts.IdleTimeout)
 	}
@@ -270,8 +274,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Info("pprof profiles served", "addr", addr)
 	}
 	srv.RegisterConfigs(ctx)
-	// The loops drive the same BMCs as the BMC routes: with --bmc-ca-cert's roots.
+	// The loops drive the same BMCs as the BMC routes: with --bmc-ca-cert's
+	// roots and --bmc-power-timeout.
 	c.loops.bmc.RootCAs = srv.BMCOptions().RootCAs
+	c.loops.bmc.PowerTimeout = srv.BMCOptions().PowerTimeout
 	stopLoops, err := startLoops(ctx, c.loops, db, log)
 	if err != nil {
 		log.Error("start bootyd", "err", err)

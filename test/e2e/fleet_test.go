@@ -93,6 +93,48 @@ func (b *bootydProc) kill9(t *testing.T) {
 	<-b.done
 }
 
+// op calls the operator API of this bootyd (see operatorCall).
+func (b *bootydProc) op(t *testing.T, method, path string, body, out any) {
+	t.Helper()
+	operatorCall(t, "http://127.0.0.1:"+b.port, fleetToken, method, path, body, out)
+}
+
+// show returns the machine as the operator API shows it.
+func (b *bootydProc) show(t *testing.T, name string) api.MachineDetail {
+	t.Helper()
+	var d api.MachineDetail
+	b.op(t, "GET", "/v1/machines/"+name, nil, &d)
+	return d
+}
+
+// operatorCall calls bootyd's operator API at base with token, sending
+// body (JSON, when not nil) and decoding the answer into out (when not
+// nil); it fails the test on a non-2xx answer.
+func operatorCall(t *testing.T, base, token, method, path string, body, out any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		j, _ := json.Marshal(body)
+		rd = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, base+path, rd)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, data)
+		}
+	}
+}
+
 // ctl runs the operator's CLI, out/bootyctl, against bootyd: the
 // operator side of this test goes through it, as an operator's would.
 type ctl struct {

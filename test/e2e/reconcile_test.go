@@ -99,6 +99,7 @@ func newBMCLab(t *testing.T, mac string, extraArgs ...string) *bmcLab {
 		"--state-dir", filepath.Join(dir, "state"), "--operator-token-file", tokens, "--public-url", l.url, "--files", files,
 		"--ipxe-cmdline", "console=ttyS0,115200 " + harness.InsecureHTTP,
 		"--reconcile-resync", "5s", "--reconcile-error-backoff", "2s", "--reconcile-error-backoff-max", "10s",
+		"--bmc-power-timeout", "30s", // the injected power action that does not take fails in 30 s, not 2 min
 		"--recover=false"}, extraArgs...)
 	l.b = &bootydProc{bin: bin, port: port, out: &lockedBuffer{}, args: args}
 	l.b.start(t)

@@ -3,13 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -283,32 +279,4 @@ func countRequests(reqs []string, want string) int {
 		}
 	}
 	return n
-}
-
-// operatorCall calls bootyd's operator API at base with token, sending
-// body (JSON, when not nil) and decoding the answer into out (when not
-// nil); it fails the test on a non-2xx answer.
-func operatorCall(t *testing.T, base, token, method, path string, body, out any) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		j, _ := json.Marshal(body)
-		rd = bytes.NewReader(j)
-	}
-	req, _ := http.NewRequest(method, base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, data)
-		}
-	}
 }

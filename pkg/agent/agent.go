@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
@@ -69,6 +70,15 @@ type Agent struct {
 	Failures FailureMemory
 	// Sleep waits before a failure action; it returns early when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration)
+	// FindConfigDrives scans the block devices for config drives (virtual
+	// media). The agent calls it once per boot (see configDrives): the
+	// local config, the provider chain and the protection of the boot
+	// medium share that answer. nil finds none.
+	FindConfigDrives func() ([]provider.Drive, error)
+
+	drivesOnce sync.Once
+	drives     []provider.Drive
+	drivesErr  error
 }
 
 // New returns an Agent for the brought-up system.
@@ -89,19 +99,21 @@ func New(sys *initsys.System) *Agent {
 		},
 	}
 	a.Failures = newFailureMemory(bootloader.EFIVars{Log: a.Log})
+	a.FindConfigDrives = (&provider.ConfigDriveProvider{Log: a.Log}).Find
 	inv := inventory.NewCollector()
 	inv.LLDPWait = InventoryLLDPWait
 	inv.Log = a.Log
 	a.LoadConfig = func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
-		return provider.LoadChain(ctx, a.Log, provider.ProvidersFromCmdline(cl, provider.WithLogger(a.Log), provider.WithHardware(inv.Collect))...)
+		return provider.LoadChain(ctx, a.Log, provider.ProvidersFromCmdline(cl, provider.WithLogger(a.Log), provider.WithHardware(inv.Collect),
+			provider.WithConfigDrives(a.configDrives))...)
 	}
 	a.LoadLocalConfig = func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
 		return provider.LoadChain(ctx, a.Log, provider.LocalProviders(provider.WithLogger(a.Log),
-			provider.WithInsecureHTTP(cl.Flag(provider.CmdlineInsecureHTTP)))...)
+			provider.WithInsecureHTTP(cl.Flag(provider.CmdlineInsecureHTTP)), provider.WithConfigDrives(a.configDrives))...)
 	}
 	a.NewPipeline = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Pipeline {
 		dm := disk.NewManager()
-		dm.BootDevices = bootDevices(log)
+		dm.BootDevices = bootDevices(log, a.configDrives)
 		o := provision.NewOrchestrator(cfg, p, dm)
 		o.SetLogger(log)
 		o.SetAllowHTTP(a.Cmdline.Flag(provider.CmdlineInsecureHTTP))
@@ -265,10 +277,22 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 	return res, nil
 }
 
-// bootDevices lists the devices that carry a config drive (virtual media):
-// they are never chosen as the target, even when unmounted.
-func bootDevices(log *slog.Logger) []string {
-	drives, err := (&provider.ConfigDriveProvider{Log: log}).Find()
+// configDrives returns the config drives FindConfigDrives found on its
+// first call; later calls answer the same without scanning again.
+func (a *Agent) configDrives() ([]provider.Drive, error) {
+	a.drivesOnce.Do(func() {
+		if a.FindConfigDrives != nil {
+			a.drives, a.drivesErr = a.FindConfigDrives()
+		}
+	})
+	return a.drives, a.drivesErr
+}
+
+// bootDevices lists the devices that carry a config drive (virtual media),
+// as find lists them: they are never chosen as the target, even when
+// unmounted.
+func bootDevices(log *slog.Logger, find func() ([]provider.Drive, error)) []string {
+	drives, err := find()
 	if err != nil {
 		log.Warn("cannot look for config drives to protect them", "error", err)
 		return nil

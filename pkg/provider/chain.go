@@ -76,6 +76,13 @@ type chainOptions struct {
 	macs                                  func() ([]string, error)
 	allowHTTP                             bool
 	hardware                              func(context.Context) (*api.HardwareDetails, error)
+	drives                                func() ([]Drive, error)
+}
+
+// WithConfigDrives sets how the config drive provider lists the labelled
+// drives (ConfigDriveProvider.Drives); default: a scan of its own.
+func WithConfigDrives(f func() ([]Drive, error)) ChainOption {
+	return func(o *chainOptions) { o.drives = f }
 }
 
 // WithHardware sets the hardware collector the bootyd provider enrolls
@@ -160,7 +167,7 @@ func localProviders(o chainOptions) []config.Provider {
 	return []config.Provider{
 		&ConfigDriveProvider{
 			SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
-			Mount: o.mount, Unmount: o.unmount, Log: o.log,
+			Mount: o.mount, Unmount: o.unmount, Drives: o.drives, Log: o.log,
 		},
 		&DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, AllowHTTP: o.allowHTTP, Log: o.log},
 	}

@@ -77,6 +77,12 @@ type chainOptions struct {
 	allowHTTP                             bool
 	hardware                              func(context.Context) (*api.HardwareDetails, error)
 	drives                                func() ([]Drive, error)
+	enrolled                              func(*ServerProvider)
+}
+
+// WithEnrolled sets the bootyd provider's Enrolled hook.
+func WithEnrolled(f func(*ServerProvider)) ChainOption {
+	return func(o *chainOptions) { o.enrolled = f }
 }
 
 // WithConfigDrives sets how the config drive provider lists the labelled
@@ -146,7 +152,7 @@ func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []config.Provider {
 	ps = append(ps, localProviders(o)...)
 	if srv, ok := cl.Get(CmdlineServer); ok && srv != "" {
 		ps = append(ps, &ServerProvider{URL: srv, CACert: o.caCert, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP,
-			SysRoot: o.sysRoot, MACs: o.macs, Log: o.log, BootMAC: bootIF(cl), Hardware: o.hardware})
+			SysRoot: o.sysRoot, MACs: o.macs, Log: o.log, BootMAC: bootIF(cl), Hardware: o.hardware, Enrolled: o.enrolled})
 	}
 	return ps
 }

@@ -99,8 +99,13 @@ func New(sys *initsys.System) *Agent {
 		Cmdline:          provider.ParseCmdline(sys.Cmdline.Raw),
 		ConfigureNetwork: network.Configure,
 		Random:           &entropy.Pool{},
-		Sleep:            func(ctx context.Context, d time.Duration) { sleepCtx(ctx, d) },
-		ListenLLDP:       inventory.WatchLLDP,
+		Sleep: func(ctx context.Context, d time.Duration) {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		},
+		ListenLLDP: inventory.WatchLLDP,
 	}
 	a.Failures = newFailureMemory(bootloader.EFIVars{Log: a.Log})
 	a.FindConfigDrives = (&provider.ConfigDriveProvider{Log: a.Log}).Find

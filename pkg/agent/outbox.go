@@ -125,8 +125,10 @@ func (o *outbox) run(ctx context.Context) {
 					return nil
 				}
 				o.console.Warn("cannot tell bootyd yet; retrying", "in", pause, "error", err)
-				if !sleepCtx(ctx, pause) {
+				select {
+				case <-ctx.Done():
 					return nil
+				case <-time.After(pause):
 				}
 				pause = min(2*pause, outboxRetryMax)
 				continue
@@ -198,16 +200,4 @@ func (o *outbox) deliver(ctx context.Context) error {
 	o.reported = max(o.reported, v)
 	o.mu.Unlock()
 	return nil
-}
-
-// sleepCtx waits d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -169,7 +170,9 @@ func (w *work) agents(ctx context.Context, s *server, n int, timeout time.Durati
 				Checksum: "sha256:" + w.sum,
 				Target:   target,
 				CACert:   ca,
-				Log:      agentLog.With("agent", i),
+				// The plain-HTTP servers are measured on purpose (loopback).
+				AllowHTTP: strings.HasPrefix(s.url, "http:"),
+				Log:       agentLog.With("agent", i),
 			})
 			switch {
 			case err != nil:

@@ -216,8 +216,18 @@ func (w *work) start(ctx context.Context, kind serverKind, bootyd, nginx string,
 	case "bootyd":
 		argv = []string{bootyd, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--configs", w.configs,
 			"--files", w.files, "--log-level", "warn"}
-		if help, _ := exec.Command(bootyd, "--help").Output(); strings.Contains(string(help), "--max-file-conns") {
+		help, _ := exec.Command(bootyd, "--help").Output()
+		if strings.Contains(string(help), "--max-file-conns") {
 			argv = append(argv, "--max-file-conns", "1024") // above the bench's clients
+		}
+		if strings.Contains(string(help), "--state-dir") {
+			// bootyd on the BMDB refuses to start without a database: a
+			// fresh one per server process.
+			state, err := os.MkdirTemp(w.dir, "bootyd-state-")
+			if err != nil {
+				return nil, fmt.Errorf("start %s: %w", kind.Name, err)
+			}
+			argv = append(argv, "--state-dir", state)
 		}
 		if kind.TLS {
 			argv = append(argv, "--tls-cert", w.cert, "--tls-key", w.key)

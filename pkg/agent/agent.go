@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
@@ -30,10 +31,7 @@ const (
 	ConfigTimeout  = 5 * time.Minute
 	// StandbyTimeout bounds how long an agent enrolled with bootyd waits
 	// for a command before its failure policy reboots the machine.
-	StandbyTimeout = 7 * 24 * time.Hour
-	// InventoryLLDPWait bounds the LLDP listen of the hardware report an
-	// agent enrolls and is inspected with.
-	InventoryLLDPWait  = 2 * time.Second
+	StandbyTimeout     = 7 * 24 * time.Hour
 	RunTimeout         = 4 * time.Hour
 	DefaultFailDelay   = 30 * time.Second
 	logShipInterval    = 2 * time.Second
@@ -69,6 +67,28 @@ type Agent struct {
 	Failures FailureMemory
 	// Sleep waits before a failure action; it returns early when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration)
+	// FindConfigDrives scans the block devices for config drives (virtual
+	// media). The agent calls it once per boot (see configDrives): the
+	// local config, the provider chain and the protection of the boot
+	// medium share that answer. nil finds none.
+	FindConfigDrives func() ([]provider.Drive, error)
+	// ListenLLDP listens on links for at most wait and calls heard with
+	// each link's neighbour as it comes (inventory.WatchLLDP); nil does
+	// not listen.
+	ListenLLDP func(ctx context.Context, links []string, wait time.Duration, heard func(link string, n inventory.Neighbor)) map[string]inventory.Neighbor
+	// CarrierLinks lists the physical links with carrier, listened on for
+	// LLDP besides the agent's own; nil lists none.
+	CarrierLinks func() []string
+
+	// neighbours is what the LLDP listen heard; the hardware reports read it.
+	neighbours neighbours
+	// outbox tells bootyd what the agent learns in the background; Run
+	// makes one when New did not.
+	outbox *outbox
+
+	drivesOnce sync.Once
+	drives     []provider.Drive
+	drivesErr  error
 }
 
 // New returns an Agent for the brought-up system.
@@ -80,28 +100,33 @@ func New(sys *initsys.System) *Agent {
 		ConfigureNetwork: network.Configure,
 		Random:           &entropy.Pool{},
 		Sleep: func(ctx context.Context, d time.Duration) {
-			t := time.NewTimer(d)
-			defer t.Stop()
 			select {
-			case <-t.C:
+			case <-time.After(d):
 			case <-ctx.Done():
 			}
 		},
+		ListenLLDP: inventory.WatchLLDP,
 	}
 	a.Failures = newFailureMemory(bootloader.EFIVars{Log: a.Log})
+	a.FindConfigDrives = (&provider.ConfigDriveProvider{Log: a.Log}).Find
 	inv := inventory.NewCollector()
-	inv.LLDPWait = InventoryLLDPWait
+	// No wait for LLDP: the reports hold what the background listen
+	// (startLLDP) heard so far, and the outbox sends a new report when
+	// it hears more.
+	inv.LLDPWait, inv.Neighbors = 0, a.neighbours.known
 	inv.Log = a.Log
+	a.CarrierLinks = func() []string { return carrierLinks(inv) }
+	a.outbox = newOutbox(a.Log, &a.neighbours, inv.Collect)
 	a.LoadConfig = func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
-		return provider.LoadChain(ctx, a.Log, provider.ProvidersFromCmdline(cl, provider.WithLogger(a.Log), provider.WithHardware(inv.Collect))...)
+		return provider.LoadChain(ctx, a.Log, provider.ProvidersFromCmdline(cl, a.chainOptions()...)...)
 	}
 	a.LoadLocalConfig = func(ctx context.Context, cl provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
 		return provider.LoadChain(ctx, a.Log, provider.LocalProviders(provider.WithLogger(a.Log),
-			provider.WithInsecureHTTP(cl.Flag(provider.CmdlineInsecureHTTP)))...)
+			provider.WithInsecureHTTP(cl.Flag(provider.CmdlineInsecureHTTP)), provider.WithConfigDrives(a.configDrives))...)
 	}
 	a.NewPipeline = func(cfg *config.MachineConfig, p config.Provider, log *slog.Logger) Pipeline {
 		dm := disk.NewManager()
-		dm.BootDevices = bootDevices(log)
+		dm.BootDevices = bootDevices(log, a.configDrives)
 		o := provision.NewOrchestrator(cfg, p, dm)
 		o.SetLogger(log)
 		o.SetAllowHTTP(a.Cmdline.Flag(provider.CmdlineInsecureHTTP))
@@ -119,6 +144,10 @@ func New(sys *initsys.System) *Agent {
 func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	ctx, endRun := context.WithCancel(ctx) // ends DHCP lease renewal with the run
 	defer endRun()
+	if a.outbox == nil {
+		a.outbox = newOutbox(a.Log, &a.neighbours, nil)
+	}
+	go a.outbox.run(ctx)
 	hold := a.Cmdline.HoldRequested()
 	if a.Cmdline.Flag(provider.CmdlineInsecureHTTP) {
 		a.Log.Warn("plain HTTP allowed by " + provider.CmdlineInsecureHTTP + ": configs, images and the machine token may travel unencrypted")
@@ -169,6 +198,9 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	}
 
 	prov = a.withReporter(cfg, prov, netRes)
+	if lr, ok := prov.(provider.LogReporter); ok {
+		a.outbox.attach(lr, nil)
+	}
 	log := a.Log
 	var ship *logShipper
 	if lr, ok := prov.(provider.LogReporter); ok {
@@ -252,7 +284,7 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 		a.Log.Info("network disabled by kernel parameter ip=")
 		return nil, nil
 	}
-	opts := plan.options(ctx, a.Log)
+	opts := plan.options(ctx, a.Log, a.leaseLost)
 	nctx, cancel := context.WithTimeout(ctx, NetworkTimeout)
 	defer cancel()
 	res, err := a.ConfigureNetwork(nctx, opts)
@@ -261,14 +293,66 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 	}
 	a.Log.Info("network up", "interface", res.Interface, "mac", res.MAC, "address", res.Address.String(),
 		"gateway", res.Gateway.String(), "method", string(res.Method), "from", plan.Source)
-	startLLDP(ctx, a.Log, lldpLinks(plan, res)) // in the background, ends with the run
+	var carrier []string
+	if a.CarrierLinks != nil {
+		carrier = a.CarrierLinks()
+	}
+	a.startLLDP(ctx, a.Log, lldpLinks(plan, res, carrier), a.outbox.poke) // in the background, ends with the run
 	return res, nil
 }
 
-// bootDevices lists the devices that carry a config drive (virtual media):
-// they are never chosen as the target, even when unmounted.
-func bootDevices(log *slog.Logger) []string {
-	drives, err := (&provider.ConfigDriveProvider{Log: log}).Find()
+// leaseLost queues the loss of link's DHCP lease (err names the address
+// removed) for bootyd; the outbox delivers it once a reporter is there
+// and the network carries it again.
+func (a *Agent) leaseLost(link string, err error) {
+	a.outbox.add(api.LogLine{Time: time.Now(), Level: slog.LevelError.String(),
+		Message: fmt.Sprintf("network lost on %s: the DHCP lease ran out and its address was removed: %v", link, err)})
+}
+
+// carrierLinks lists the physical links with carrier in c's sysfs; a
+// failure is logged and lists none.
+func carrierLinks(c *inventory.Collector) []string {
+	links, err := c.Links()
+	if err != nil {
+		c.Log.Warn("cannot list the links to listen for lldp on", "error", err)
+		return nil
+	}
+	var out []string
+	for _, l := range links {
+		if l.Carrier {
+			out = append(out, l.Name)
+		}
+	}
+	return out
+}
+
+// chainOptions are the options of the provider chain: the logger, the
+// shared config drive scan, and for bootyd the hardware report (collected
+// through the outbox, which notes the LLDP neighbours it holds) and the
+// enrollment hook that lets the outbox report through the enrolled
+// provider.
+func (a *Agent) chainOptions() []provider.ChainOption {
+	return []provider.ChainOption{provider.WithLogger(a.Log), provider.WithConfigDrives(a.configDrives),
+		provider.WithHardware(a.outbox.hardware),
+		provider.WithEnrolled(func(p *provider.ServerProvider) { a.outbox.attach(p, p) })}
+}
+
+// configDrives returns the config drives FindConfigDrives found on its
+// first call; later calls answer the same without scanning again.
+func (a *Agent) configDrives() ([]provider.Drive, error) {
+	a.drivesOnce.Do(func() {
+		if a.FindConfigDrives != nil {
+			a.drives, a.drivesErr = a.FindConfigDrives()
+		}
+	})
+	return a.drives, a.drivesErr
+}
+
+// bootDevices lists the devices that carry a config drive (virtual media),
+// as find lists them: they are never chosen as the target, even when
+// unmounted.
+func bootDevices(log *slog.Logger, find func() ([]provider.Drive, error)) []string {
+	drives, err := find()
 	if err != nil {
 		log.Warn("cannot look for config drives to protect them", "error", err)
 		return nil

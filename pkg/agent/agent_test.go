@@ -175,3 +175,38 @@ func TestInsecureHTTPWarnedOnce(t *testing.T) {
 		}
 	}
 }
+
+// The config drives are scanned once per boot: the local config, the whole
+// provider chain and the pipeline's boot-medium protection share the
+// answer.
+func TestConfigDrivesScannedOnce(t *testing.T) {
+	a := New(&initsys.System{Console: t.Output()})
+	scans := 0
+	// A failed scan stops a chain with its error: each chain shows it
+	// asked the shared scan rather than scanning on its own.
+	errScan := errors.New("test scan: block devices unreadable")
+	a.FindConfigDrives = func() ([]provider.Drive, error) {
+		scans++
+		return nil, errScan
+	}
+	ctx := context.Background()
+	if _, _, err := a.LoadLocalConfig(ctx, a.Cmdline); !errors.Is(err, errScan) {
+		t.Fatalf("local config: %v, want the shared scan's error", err)
+	}
+	if _, _, err := a.LoadConfig(ctx, a.Cmdline); !errors.Is(err, errScan) {
+		t.Fatalf("config chain: %v, want the shared scan's error", err)
+	}
+	a.NewPipeline(cfgWith(nil), nil, a.Log)
+	if scans != 1 {
+		t.Errorf("config drives scanned %d times, want once", scans)
+	}
+
+	found := []provider.Drive{{Device: "/dev/sr0", FSType: "iso9660", Label: provider.LabelBooty}}
+	devs := bootDevices(a.Log, func() ([]provider.Drive, error) { return found, nil })
+	if len(devs) != 1 || devs[0] != "/dev/sr0" {
+		t.Errorf("boot devices %v, want the config drive /dev/sr0", devs)
+	}
+	if devs := bootDevices(a.Log, func() ([]provider.Drive, error) { return nil, errors.New("no sysfs") }); devs != nil {
+		t.Errorf("boot devices after a failed scan %v, want none", devs)
+	}
+}

@@ -80,13 +80,16 @@ func planNetwork(cl provider.Cmdline, local *config.MachineConfig) (netPlan, err
 
 // options are the network.Options of the plan. DHCPv4 leases are renewed
 // until run ends (the agent's Run); a lease lost anyway is logged as an
-// error on log.
-func (p netPlan) options(run context.Context, log *slog.Logger) network.Options {
+// error on log and passed to lost when it is not nil.
+func (p netPlan) options(run context.Context, log *slog.Logger, lost func(link string, err error)) network.Options {
 	return network.Options{
 		Logger: log, Timeout: NetworkTimeout, Static: p.Static, Interfaces: p.Interfaces, Setup: p.Setup,
 		Lifetime: run,
 		OnLeaseLost: func(link string, err error) {
 			log.Error("network lost: the DHCP lease ran out; fetches on this link fail until a new lease", "interface", link, "error", err)
+			if lost != nil {
+				lost(link, err)
+			}
 		},
 	}
 }

@@ -208,9 +208,13 @@ func TestPlanNetworkSetup(t *testing.T) {
 	}
 	run, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := p.options(run, slog.New(slog.DiscardHandler))
+	var lostLink string
+	opts := p.options(run, slog.New(slog.DiscardHandler), func(link string, _ error) { lostLink = link })
 	if opts.Setup != p.Setup || opts.Lifetime != run || opts.OnLeaseLost == nil {
-		t.Errorf("options %+v: want the plan's setup, the run's context and a loss handler", opts)
+		t.Fatalf("options %+v: want the plan's setup, the run's context and a loss handler", opts)
+	}
+	if opts.OnLeaseLost("bond0.42", network.ErrLeaseLost); lostLink != "bond0.42" {
+		t.Errorf("the loss of bond0.42's lease reached the agent as %q", lostLink)
 	}
 
 	// The kernel's ip= still wins over a setup.

@@ -41,6 +41,7 @@ import (
 //	POST /v1/machines/{mac}/progress      ProgressReport (with Generation)
 //	POST /v1/machines/{mac}/logs          LogBatch       (429 past the per-machine rate)
 //	POST /v1/machines/{mac}/health        HealthReport
+//	POST /v1/machines/{mac}/hardware      HardwareDetails: a new report outside an inspection (LLDP neighbours heard after the enrollment)
 //	GET  /v1/machines/{mac}/config        the MachineConfig (YAML) of the pending or last provision
 //
 // Unauthenticated (iPXE cannot carry a token; the scripts hold no secret):

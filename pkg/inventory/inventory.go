@@ -49,7 +49,11 @@ type Collector struct {
 	// LLDP listens on the named links for at most wait and returns what
 	// each heard; nil disables LLDP.
 	LLDP func(ctx context.Context, links []string, wait time.Duration) map[string]Neighbor
-	Log  *slog.Logger
+	// Neighbors, when set, is what an LLDP listener running elsewhere has
+	// heard so far, by link; Collect reports it instead of listening (no
+	// wait at all).
+	Neighbors func() map[string]Neighbor
+	Log       *slog.Logger
 }
 
 // NewCollector returns a Collector for this machine: Root "/", the real
@@ -101,7 +105,8 @@ func (c *Collector) log() *slog.Logger {
 // Collect gathers the report. A source that cannot be read leaves its
 // fields empty and is logged; only failing to read the CPU or memory
 // facts, or to list the disks, is an error. The LLDP listen takes at most
-// LLDPWait (less when every link with carrier heard a neighbour).
+// LLDPWait (less when every link with carrier heard a neighbour); with
+// Neighbors set there is none.
 func (c *Collector) Collect(ctx context.Context) (*api.HardwareDetails, error) {
 	hw := &api.HardwareDetails{NIC: []api.NIC{}, Storage: []api.Storage{}}
 	sm := c.readSMBIOS()

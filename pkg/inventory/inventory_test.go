@@ -252,6 +252,35 @@ func TestCollectWithoutSMBIOSTable(t *testing.T) {
 	}
 }
 
+// TestCollectKnownNeighbors: with Neighbors set, Collect reports what a
+// listener elsewhere heard, without listening itself.
+func TestCollectKnownNeighbors(t *testing.T) {
+	c := &Collector{Root: fakeHost(t), Arch: "x86_64", PCIIDs: DefaultPCIIDs, LLDPWait: time.Minute,
+		LLDP: func(context.Context, []string, time.Duration) map[string]Neighbor {
+			t.Error("Collect listened for LLDP although Neighbors is set")
+			return nil
+		},
+		Neighbors: func() map[string]Neighbor {
+			return map[string]Neighbor{"eth1": {ChassisID: "aa:bb:cc:00:11:22", PortID: "swp3", SystemName: "leaf-2", PVID: 7}}
+		},
+	}
+	hw, err := c.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]api.NIC{}
+	for _, n := range hw.NIC {
+		byName[n.Name] = n
+	}
+	want := api.LLDP{SwitchID: "aa:bb:cc:00:11:22", PortID: "swp3", SwitchSystemName: "leaf-2"}
+	if n := byName["eth1"]; n.LLDP == nil || *n.LLDP != want || n.VLANID != 7 {
+		t.Errorf("eth1 %+v, want lldp %+v and vlanId 7", n, want)
+	}
+	if n := byName["eth0"]; n.LLDP != nil {
+		t.Errorf("eth0 reports lldp %+v; nothing was heard on it", n.LLDP)
+	}
+}
+
 func TestBootIF(t *testing.T) {
 	for in, want := range map[string]string{
 		"BOOTIF=01-3C-FD-FE-AA-BB-01":      "3c:fd:fe:aa:bb:01",

@@ -16,13 +16,20 @@ import (
 )
 
 // ListenLLDP listens for LLDP frames on the named links for at most wait
-// and returns the first neighbour each link heard. It opens one AF_PACKET
-// socket per link for ethertype 0x88cc (in the calling thread's network
-// namespace, before it returns to waiting) and joins the LLDP multicast
-// group so the NIC's filter lets the frames through. A link that cannot be
-// opened is logged and left out; the listen ends when every link heard a
-// frame, wait passed, or ctx ended.
+// and returns the first neighbour each link heard; see WatchLLDP.
 func ListenLLDP(ctx context.Context, links []string, wait time.Duration) map[string]Neighbor {
+	return WatchLLDP(ctx, links, wait, nil)
+}
+
+// WatchLLDP listens for LLDP frames on the named links for at most wait,
+// calls heard (when not nil) with each link's first neighbour as its frame
+// arrives (from that link's listener goroutine), and returns what every
+// link heard. It opens one AF_PACKET socket per link for ethertype 0x88cc
+// (in the calling thread's network namespace, before it returns to
+// waiting) and joins the LLDP multicast group so the NIC's filter lets the
+// frames through. A link that cannot be opened is logged and left out; the
+// listen ends when every link heard a frame, wait passed, or ctx ended.
+func WatchLLDP(ctx context.Context, links []string, wait time.Duration, heard func(link string, n Neighbor)) map[string]Neighbor {
 	log := slog.Default().With("component", "inventory")
 	out := map[string]Neighbor{}
 	if wait <= 0 || len(links) == 0 {
@@ -82,6 +89,9 @@ func ListenLLDP(ctx context.Context, links []string, wait time.Duration) map[str
 				out[l.link] = nb
 				all := len(out) == len(ls)
 				mu.Unlock()
+				if heard != nil {
+					heard(l.link, nb)
+				}
 				if all {
 					cancel()
 				}

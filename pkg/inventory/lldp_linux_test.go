@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,12 +97,24 @@ func TestListenLLDPOverVeth(t *testing.T) {
 		}
 
 		// nic1's peer announces nothing: the listen ends at its bound with
-		// what nic0 heard; an unknown link is skipped.
+		// what nic0 heard; an unknown link is skipped. WatchLLDP tells of
+		// nic0's neighbour as it comes, once.
 		start := time.Now()
-		got = ListenLLDP(ctx, []string{"nic0", "nic1", "nope0"}, 1500*time.Millisecond)
+		var mu sync.Mutex
+		told := map[string][]Neighbor{}
+		got = WatchLLDP(ctx, []string{"nic0", "nic1", "nope0"}, 1500*time.Millisecond, func(link string, n Neighbor) {
+			mu.Lock()
+			defer mu.Unlock()
+			told[link] = append(told[link], n)
+		})
 		if _, ok := got["nic1"]; ok || got["nic0"].SystemName != "leaf-12" {
 			t.Errorf("heard %+v, want nic0 only", got)
 		}
+		mu.Lock()
+		if !reflect.DeepEqual(told, map[string][]Neighbor{"nic0": {want}}) {
+			t.Errorf("told of %+v, want nic0's neighbour once", told)
+		}
+		mu.Unlock()
 		if el := time.Since(start); el > 15*time.Second {
 			t.Errorf("listen took %s, bound was 1.5s", el)
 		}

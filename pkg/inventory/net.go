@@ -64,7 +64,8 @@ func (c *Collector) Links() ([]Link, error) {
 // from pci.ids, else "0xVVVV 0xDDDD" as metal3 writes them), addresses
 // (IPv4 first), speed, the VLAN links configured on it
 // (Root/proc/net/vlan/config), whether it is the PXE NIC, and the LLDP
-// neighbour heard on it within LLDPWait (links with carrier only).
+// neighbour heard on it: what Neighbors knows when it is set, else what
+// a listen of LLDPWait on the links with carrier hears.
 func (c *Collector) NICs(ctx context.Context, pci map[string]api.PCIDevice) ([]api.NIC, error) {
 	links, err := c.Links()
 	if err != nil {
@@ -82,7 +83,9 @@ func (c *Collector) NICs(ctx context.Context, pci map[string]api.PCIDevice) ([]a
 		}
 	}
 	var heard map[string]Neighbor
-	if c.LLDP != nil && c.LLDPWait > 0 && len(listen) > 0 {
+	if c.Neighbors != nil {
+		heard = c.Neighbors()
+	} else if c.LLDP != nil && c.LLDPWait > 0 && len(listen) > 0 {
 		heard = c.LLDP(ctx, listen, c.LLDPWait)
 	}
 	out := []api.NIC{}

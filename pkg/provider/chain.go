@@ -76,6 +76,19 @@ type chainOptions struct {
 	macs                                  func() ([]string, error)
 	allowHTTP                             bool
 	hardware                              func(context.Context) (*api.HardwareDetails, error)
+	drives                                func() ([]Drive, error)
+	enrolled                              func(*ServerProvider)
+}
+
+// WithEnrolled sets the bootyd provider's Enrolled hook.
+func WithEnrolled(f func(*ServerProvider)) ChainOption {
+	return func(o *chainOptions) { o.enrolled = f }
+}
+
+// WithConfigDrives sets how the config drive provider lists the labelled
+// drives (ConfigDriveProvider.Drives); default: a scan of its own.
+func WithConfigDrives(f func() ([]Drive, error)) ChainOption {
+	return func(o *chainOptions) { o.drives = f }
 }
 
 // WithHardware sets the hardware collector the bootyd provider enrolls
@@ -139,7 +152,7 @@ func ProvidersFromCmdline(cl Cmdline, opts ...ChainOption) []config.Provider {
 	ps = append(ps, localProviders(o)...)
 	if srv, ok := cl.Get(CmdlineServer); ok && srv != "" {
 		ps = append(ps, &ServerProvider{URL: srv, CACert: o.caCert, Client: o.client, Backoff: o.backoff, AllowHTTP: allowHTTP,
-			SysRoot: o.sysRoot, MACs: o.macs, Log: o.log, BootMAC: bootIF(cl), Hardware: o.hardware})
+			SysRoot: o.sysRoot, MACs: o.macs, Log: o.log, BootMAC: bootIF(cl), Hardware: o.hardware, Enrolled: o.enrolled})
 	}
 	return ps
 }
@@ -160,7 +173,7 @@ func localProviders(o chainOptions) []config.Provider {
 	return []config.Provider{
 		&ConfigDriveProvider{
 			SysRoot: o.sysRoot, DevRoot: o.devRoot, MountDir: o.mountDir,
-			Mount: o.mount, Unmount: o.unmount, Log: o.log,
+			Mount: o.mount, Unmount: o.unmount, Drives: o.drives, Log: o.log,
 		},
 		&DeployDirProvider{Dir: o.deployDir, Client: o.client, Backoff: o.backoff, AllowHTTP: o.allowHTTP, Log: o.log},
 	}

@@ -56,7 +56,11 @@ type ConfigDriveProvider struct {
 	Labels  []string
 	Mount   MountFunc   // default unix.Mount
 	Unmount UnmountFunc // default unix.Unmount
-	Log     *slog.Logger
+	// Drives lists the labelled drives; nil scans with Find. The agent
+	// sets it to one scan shared by every user of the answer, so a boot
+	// reads the block devices' superblocks once.
+	Drives func() ([]Drive, error)
+	Log    *slog.Logger
 }
 
 // Name names the provider in logs and errors.
@@ -71,7 +75,11 @@ type Drive struct {
 
 // Load finds, mounts and reads the config drive; see ConfigDriveProvider.
 func (p *ConfigDriveProvider) Load(ctx context.Context) (*config.MachineConfig, error) {
-	drives, err := p.Find()
+	find := p.Drives
+	if find == nil {
+		find = p.Find
+	}
+	drives, err := find()
 	if err != nil {
 		return nil, err
 	}

@@ -97,6 +97,9 @@ func (p *ServerProvider) enroll(ctx context.Context, client *http.Client, macs [
 			p.mu.Unlock()
 			log.Info("enrolled with bootyd", "server", redactURL(p.URL), "machine", en.Name, "mac", en.MAC)
 			p.startHeartbeat(time.Duration(en.HeartbeatSeconds) * time.Second)
+			if p.Enrolled != nil {
+				p.Enrolled(p)
+			}
 			return nil
 		case ctx.Err() != nil:
 			return fmt.Errorf("enroll with bootyd %s: %w", redactURL(p.URL), ctx.Err())

@@ -57,6 +57,11 @@ type ServerProvider struct {
 	// Hardware collects the hardware report sent with the enrollment and
 	// after an inspect command; nil sends none (and fails inspections).
 	Hardware func(ctx context.Context) (*api.HardwareDetails, error)
+	// Enrolled, when set, is called (from Load) after each successful
+	// enrollment, with the provider ready to report: the agent passes it
+	// to what reports in the background (a lost lease, a new hardware
+	// report).
+	Enrolled func(p *ServerProvider)
 
 	mu    sync.Mutex
 	rep   reportTarget // set by Load or NewServerReporter
@@ -170,6 +175,16 @@ func (p *ServerProvider) ReportLogs(ctx context.Context, lines []api.LogLine) er
 		return nil
 	}
 	return p.report(ctx, "logs", api.LogBatch{Lines: lines, Generation: p.generation()})
+}
+
+// ReportHardware POSTs hw to /v1/machines/{mac}/hardware: a new hardware
+// report of the enrolled machine outside an inspection (the LLDP
+// neighbours heard after the enrollment), which replaces bootyd's.
+func (p *ServerProvider) ReportHardware(ctx context.Context, hw *api.HardwareDetails) error {
+	if hw == nil {
+		return fmt.Errorf("report hardware to bootyd %s: no report", redactURL(p.URL))
+	}
+	return p.report(ctx, "hardware", hw)
 }
 
 // report POSTs v as JSON with the bearer token, retrying transport errors and

@@ -35,6 +35,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/machines/{mac}/progress", s.handleProgress)
 	mux.HandleFunc("POST /v1/machines/{mac}/logs", s.handleLogs)
 	mux.HandleFunc("POST /v1/machines/{mac}/health", s.handleHealth)
+	mux.HandleFunc("POST /v1/machines/{mac}/hardware", s.handleHardware)
 	// The operator API (operator token).
 	mux.HandleFunc("GET /v1/machines", s.operator(s.handleList))
 	mux.HandleFunc("POST /v1/machines", s.operator(s.handleRegister))

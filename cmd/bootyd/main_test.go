@@ -236,7 +236,9 @@ func TestHelp(t *testing.T) {
 	for _, w := range []string{"Example:", "bootyd --state-dir", "--db", "--operator-token-file", "--auto-discover", "--configs", "--default-config", "--files", "--state-dir",
 		"--public-url", "--ipxe-kernel", "--ipxe-initrd", "--ipxe-cmdline", "--allow-no-token", "--listen",
 		"--tls-cert", "--tls-key", "--insecure-http", "--log-level", "--log-format", "--shutdown-timeout",
-		"--max-file-conns", "--file-write-timeout", "--file-min-rate", "--idle-timeout", "--bmc-ca-cert"} {
+		"--max-file-conns", "--file-write-timeout", "--file-min-rate", "--idle-timeout", "--bmc-ca-cert",
+		"host reconciler", "--reconcile[=true|false]", "--reconcile-parallelism", "--reconcile-db-query-rate", "--reconcile-resync",
+		"--reconcile-error-backoff", "--reconcile-error-backoff-max", "--recover[=true|false]", "--recoverer-heartbeat-timeout"} {
 		if !strings.Contains(help, w) {
 			t.Errorf("--help lacks %q", w)
 		}
@@ -262,6 +264,8 @@ func TestFlagErrors(t *testing.T) {
 		{"missing config dir", []string{"--insecure-http", "--state-dir", t.TempDir(), "--configs", configs + "/nope"}, 1, "config directory"},
 		{"unreadable cert", []string{"--state-dir", t.TempDir(), "--configs", configs, "--tls-cert", configs + "/no.pem", "--tls-key", configs + "/no.key"}, 1, "load TLS certificate"},
 		{"missing BMC CA", []string{"--insecure-http", "--state-dir", t.TempDir(), "--bmc-ca-cert", configs + "/no-ca.pem"}, 1, "read BMC CA certificate"},
+		{"reconcile resync too short", []string{"--insecure-http", "--state-dir", t.TempDir(), "--reconcile-resync", "10ms"}, 2, "resync 10ms is under 1s"},
+		{"bad reconcile rate", []string{"--insecure-http", "--state-dir", t.TempDir(), "--reconcile-db-query-rate", "fast"}, 2, "reconcile-db-query-rate"},
 		{"short operator token", []string{"--insecure-http", "--state-dir", t.TempDir(), "--operator-token-file", shortTokens(t)}, 1, "shorter than 16"},
 	}
 	for _, tt := range tests {
@@ -415,4 +419,19 @@ func TestTLS(t *testing.T) {
 		}
 	}
 	d.stop(t)
+}
+
+// TestControlLoops: the host reconciler and the Recoverer run by default
+// and stop with bootyd; --reconcile=false --recover=false runs neither.
+func TestControlLoops(t *testing.T) {
+	d := startBootyd(t, "--insecure-http", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir())
+	d.stop(t)
+	if !strings.Contains(d.stderr.String(), `msg="control loops started" reconcile=true recover=true`) {
+		t.Errorf("default: no control loops started:\n%s", d.stderr.String())
+	}
+	d = startBootyd(t, "--insecure-http", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--reconcile=false", "--recover=false")
+	d.stop(t)
+	if strings.Contains(d.stderr.String(), "control loops started") {
+		t.Errorf("--reconcile=false --recover=false: loops started:\n%s", d.stderr.String())
+	}
 }

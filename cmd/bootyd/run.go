@@ -67,13 +67,14 @@ type config struct {
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
+	loops           loopsConfig
 }
 
 // printUsage writes the full help: what bootyd does, an example, every flag.
 func printUsage(w io.Writer) {
 	var c config
 	fs := newFlagSet(&c)
-	fmt.Fprint(w, usageHead)
+	fmt.Fprint(w, strings.TrimSuffix(usageHead, "\nFlags:\n")+"\n"+usageLoops+"\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -122,6 +123,7 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.Int64Var(&c.opts.FileMinRate, "file-min-rate", server.DefaultFileMinRate, "slowest /files/ client tolerated, in bytes per second (see --file-write-timeout)")
 	fs.DurationVar(&c.opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	fs.StringVar(&c.opts.BMCCACert, "bmc-ca-cert", "", "PEM CA certificates that verify Redfish BMCs' TLS certificates, in addition to the system's roots")
+	addLoopFlags(fs, &c.loops)
 	return fs
 }
 
@@ -154,6 +156,9 @@ func checkConfig(c *config) error {
 	}
 	if c.maxDiscovered < 1 {
 		return fmt.Errorf("--max-discovered %d: want at least 1", c.maxDiscovered)
+	}
+	if err := c.loops.check(); err != nil {
+		return err
 	}
 	if c.listen == "" {
 		c.listen = ":8443"
@@ -252,6 +257,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	srv.RegisterConfigs(ctx)
+	stopLoops, err := startLoops(ctx, c.loops, db, log)
+	if err != nil {
+		log.Error("start bootyd", "err", err)
+		return 1
+	}
+	defer stopLoops()
 	log.Info("bootyd listening", "addr", ln.Addr().String(), "scheme", scheme,
 		"configs", c.opts.ConfigDir, "files", c.opts.FilesDir, "state_dir", c.opts.StateDir, "db", db.Engine(),
 		"operator_tokens", len(c.opts.OperatorTokens), "auto_discover", c.autoDiscover)

@@ -563,6 +563,9 @@ func (p *bootyProvisioner) Service(data ServicingData, unprepared, restartOnFail
 func (p *bootyProvisioner) spec(cur bmdb.Spec, data ProvisionData) (bmdb.Spec, error) {
 	s := cur
 	s.Image = data.Image.spec()
+	if cur.Image.URL == s.Image.URL {
+		s.Image.Checksums = cur.Image.Checksums // not in metal3's Image: kept
+	}
 	s.RootDeviceHints = nil
 	if data.RootDeviceHints != nil {
 		s.RootDeviceHints = data.RootDeviceHints.spec()
@@ -780,7 +783,8 @@ func (p *bootyProvisioner) Detach() (Result, error) {
 
 // PowerOn reads the power state through the BMC: on is complete; off is
 // powered on (the driver waits until the BMC reports on) and recorded →
-// Dirty, 3 s. A power action that does not take or a refused login fails
+// Dirty, 3 s. A provisioned or externally provisioned machine gets boot
+// device disk (persistent) first, so it boots its OS. A power action that does not take or a refused login fails
 // (ErrorMessage); network failures are transient.
 func (p *bootyProvisioner) PowerOn(force bool) (Result, error) {
 	return p.power(true, bmc.OffHard)
@@ -818,10 +822,18 @@ func (p *bootyProvisioner) power(on bool, mode bmc.OffMode) (Result, error) {
 			done = true
 			return nil
 		}
-		if on {
-			return d.PowerOn(ctx)
+		if !on {
+			return d.PowerOff(ctx, mode)
 		}
-		return d.PowerOff(ctx, mode)
+		if m.State == bmdb.StateProvisioned || m.State == bmdb.StateExternallyProvisioned {
+			// Its OS is on its disk: boot that (Ironic's local boot), not
+			// the PXE override an earlier agent boot may have left.
+			if err := d.SetBootDevice(ctx, bmc.BootDevice{Device: bmc.DeviceDisk, Persistent: true}); err != nil {
+				return err
+			}
+			what = "power on (boot device disk)"
+		}
+		return d.PowerOn(ctx)
 	})
 	if err != nil {
 		return bmcFailure(what+" host "+p.host.Name, err)

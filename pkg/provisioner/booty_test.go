@@ -474,6 +474,53 @@ func TestPower(t *testing.T) {
 	want(t, "power on that does not take", r, err, "failed: did not take")
 }
 
+// TestPowerOnProvisionedBootsDisk: a provisioned machine that is off is
+// powered on with boot device disk (persistent), whatever override the
+// agent's PXE boot left.
+func TestPowerOnProvisionedBootsDisk(t *testing.T) {
+	e := newEnv(t, bmdbtest.Engines()[0].DSN(t), provisioner.Config{})
+	m := e.register()
+	e.transition(bmdb.StateInspecting, bmdb.CommandInspect)
+	e.agentDone("")
+	if _, err := e.db.UpdateMachine(e.ctx, m.ID, 0, bmdb.MachineUpdate{Spec: &bmdb.Spec{Image: bmdb.Image{URL: "http://10.0.0.1/os.raw"}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.transition(bmdb.StateProvisioning, bmdb.CommandProvision)
+	e.agentDone("")
+	if err := e.sim.WaitPower(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.p().PowerOn(false)
+	want(t, "power on provisioned", r, err, "dirty-step")
+	e.waitPower()
+	if b := e.sim.Boot(); b.Device != bmc.DeviceDisk || !b.Persistent {
+		t.Fatalf("boot override %+v, want disk, persistent", b)
+	}
+	if boots := e.mach.Boots(); len(boots) != 1 || boots[0] != bmc.DeviceDisk {
+		t.Fatalf("boots %v, want [disk]", boots)
+	}
+}
+
+// TestProvisionKeepsChecksums: a spec whose image carries more digests
+// (Checksums, which metal3's Image has not) keeps them when Provision is
+// called with the same image URL: the spec is not rewritten.
+func TestProvisionKeepsChecksums(t *testing.T) {
+	e := newEnv(t, bmdbtest.Engines()[0].DSN(t), provisioner.Config{})
+	m := e.register()
+	e.transition(bmdb.StateAvailable, "")
+	img := bmdb.Image{URL: "http://10.0.0.1/os.raw.zst", Checksum: "sha256:aa", Checksums: []string{"sha256:bb"}}
+	m, err := e.db.UpdateMachine(e.ctx, m.ID, 0, bmdb.MachineUpdate{Spec: &bmdb.Spec{Image: img}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.p().Provision(provisioner.ProvisionData{Image: provisioner.Image{URL: img.URL, Checksum: img.Checksum}}, false)
+	want(t, "provision", r, err, "dirty-step")
+	got := e.machine()
+	if got.State != bmdb.StateProvisioning || len(got.Spec.Image.Checksums) != 1 || got.Spec.Image.Checksums[0] != "sha256:bb" {
+		t.Fatalf("state %s, image %+v: want provisioning with the checksums kept", got.State, got.Spec.Image)
+	}
+}
+
 // TestLifecycleOther covers Adopt, Delete, HasCapacity, TryInit, the data
 // image over virtual media and what booty does not support.
 func TestLifecycleOther(t *testing.T) {

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/booty-dev/booty/pkg/bmdb"
 )
 
 // baseURL is PublicURL; never the request's Host header, which a client
@@ -61,10 +64,26 @@ func (s *Server) ChainIPXE(base string) string {
 	return b.String()
 }
 
+// LocalBootIPXE returns the script for a machine that boots its disk: iPXE
+// exits, and the firmware goes on to the next device of its boot order
+// (Ironic's local boot).
+func LocalBootIPXE(name string) string {
+	return "#!ipxe\n# booty: " + name + " is provisioned: boot from its disk\nexit\n"
+}
+
+// localBoot reports whether machine m boots its disk instead of the agent:
+// it is provisioned (or externally provisioned) and has a BMC, so the host
+// reconciler drives it and a network boot comes from the agent's reboot
+// after the write or from a power on. Machines without a BMC keep booting
+// the agent, as their operators (and config files) expect.
+func localBoot(m bmdb.Machine) bool {
+	return m.BMC.Address != "" && (m.State == bmdb.StateProvisioned || m.State == bmdb.StateExternallyProvisioned)
+}
+
 // handleMachineIPXE serves MachineIPXE for a MAC bootyd knows (a machine
 // of the BMDB, a config file, the default config) or, with auto-discovery
 // on, for any MAC; 404 otherwise, so that unknown machines do not boot the
-// agent.
+// agent. A machine that boots its disk (localBoot) gets LocalBootIPXE.
 func (s *Server) handleMachineIPXE(w http.ResponseWriter, r *http.Request) {
 	mac, ok := pathMAC(w, r)
 	if !ok {
@@ -74,17 +93,25 @@ func (s *Server) handleMachineIPXE(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !s.opts.AutoDiscover {
-		if _, err := s.db.MachineByMAC(r.Context(), mac); err != nil {
-			if _, err := s.lookupConfig(mac); err != nil {
-				writeError(w, http.StatusNotFound, "no machine %s", mac)
-				return
-			}
+	m, err := s.db.MachineByMAC(r.Context(), mac)
+	if err != nil && !errors.Is(err, bmdb.ErrNotFound) {
+		s.dbError(w, "iPXE script", err)
+		return
+	}
+	if err != nil && !s.opts.AutoDiscover {
+		if _, err := s.lookupConfig(mac); err != nil {
+			writeError(w, http.StatusNotFound, "no machine %s", mac)
+			return
 		}
 	}
-	s.log.Info("serve iPXE script", "mac", mac)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	if err == nil && localBoot(m) {
+		s.log.Info("serve iPXE script: local boot", "mac", mac, "machine", m)
+		_, _ = w.Write([]byte(LocalBootIPXE(m.Name)))
+		return
+	}
+	s.log.Info("serve iPXE script", "mac", mac)
 	_, _ = w.Write([]byte(s.MachineIPXE(base, mac)))
 }
 

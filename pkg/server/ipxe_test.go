@@ -1,9 +1,12 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/booty-dev/booty/pkg/bmdb"
 )
 
 func TestMachineIPXE(t *testing.T) {
@@ -87,5 +90,58 @@ func TestIPXENeverFromHostHeader(t *testing.T) {
 	// The MAC as iPXE's hexhyp spells it must reach the per-MAC script.
 	if code, _, _ := e.do(t, "GET", "/v1/machines/aa-bb-cc-dd-ee-ff/ipxe", "", nil, nil); code != 200 {
 		t.Errorf("hexhyp MAC: status %d, want 200", code)
+	}
+}
+
+// TestMachineIPXELocalBoot: a provisioned machine with a BMC network-boots
+// into a script that exits (the firmware goes on to its disk); the same
+// machine while deprovisioning gets the agent again, and a provisioned
+// machine without a BMC keeps getting the agent.
+func TestMachineIPXELocalBoot(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	db := e.srv.opts.DB
+	mk := func(name, mac, bmcAddr string) bmdb.Machine {
+		m, err := db.CreateMachine(ctx, bmdb.NewMachine{Name: name, BootMAC: mac, BMC: bmdb.BMC{Address: bmcAddr},
+			Spec: bmdb.Spec{Image: bmdb.Image{URL: "http://10.0.0.1/os.raw"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range []bmdb.Transition{{To: bmdb.StateAvailable, Reason: "Test"},
+			{To: bmdb.StateProvisioning, Command: bmdb.CommandProvision, Reason: "Test"}} {
+			if _, err := db.Transition(ctx, m.ID, tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err = db.GetMachine(ctx, m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err = db.CompleteCommand(ctx, m.ID, m.CommandGeneration, bmdb.CommandResult{}); err != nil || m.State != bmdb.StateProvisioned {
+			t.Fatalf("provisioned: %v %v", m.State, err)
+		}
+		return m
+	}
+	script := func(mac string) string {
+		t.Helper()
+		code, _, body := e.do(t, "GET", "/v1/machines/"+mac+"/ipxe", "", nil, nil)
+		if code != 200 {
+			t.Fatalf("GET ipxe of %s: %d %s", mac, code, body)
+		}
+		return body
+	}
+	withBMC := mk("with-bmc", "52:54:00:00:20:01", "ipmi://127.0.0.1:623")
+	if got := script("52-54-00-00-20-01"); got != LocalBootIPXE("with-bmc") || !strings.Contains(got, "\nexit\n") {
+		t.Errorf("provisioned machine with a BMC: script\n%s\nwant the local boot's exit", got)
+	}
+	mk("no-bmc", "52:54:00:00:20:02", "")
+	if got := script("52-54-00-00-20-02"); !strings.Contains(got, "\nkernel ") || strings.Contains(got, "\nexit\n") {
+		t.Errorf("provisioned machine without a BMC: script\n%s\nwant the agent", got)
+	}
+	if _, err := db.Transition(ctx, withBMC.ID, bmdb.Transition{To: bmdb.StateDeprovisioning, Command: bmdb.CommandDeprovision, Reason: "Test"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := script("52-54-00-00-20-01"); !strings.Contains(got, "\nkernel ") {
+		t.Errorf("deprovisioning machine: script\n%s\nwant the agent", got)
 	}
 }

@@ -87,6 +87,38 @@ func (m *Machine) QMPSocket() string { return filepath.Join(m.Dir, "qmp.sock") }
 // c the first hard disk, d the first CD-ROM.
 var bootOrder = map[bmc.Device]string{bmc.DevicePXE: "n", bmc.DeviceDisk: "c", bmc.DeviceCDROM: "d"}
 
+// uefiBootOrder puts dev first in the firmware's boot order with QEMU
+// bootindex, which OVMF applies to its boot options (it ignores -boot
+// order, which only SeaBIOS reads): the NIC for pxe (then the first disk,
+// where the firmware goes when the network boot exits), the first disk for
+// disk, the first CD-ROM for cdrom.
+func uefiBootOrder(cfg *vm.Config, dev bmc.Device) {
+	cfg.Disks = append([]vm.Disk(nil), cfg.Disks...)
+	first := func(cd bool) int {
+		for i, d := range cfg.Disks {
+			if d.CDROM == cd {
+				return i
+			}
+		}
+		return -1
+	}
+	switch dev {
+	case bmc.DevicePXE:
+		cfg.ExtraArgs = append(cfg.ExtraArgs, "-global", "virtio-net-pci.bootindex=1")
+		if i := first(false); i >= 0 {
+			cfg.Disks[i].BootIndex = 2
+		}
+	case bmc.DeviceDisk:
+		if i := first(false); i >= 0 {
+			cfg.Disks[i].BootIndex = 1
+		}
+	case bmc.DeviceCDROM:
+		if i := first(true); i >= 0 {
+			cfg.Disks[i].BootIndex = 1
+		}
+	}
+}
+
 // running returns the current VM if its QEMU still runs.
 func (m *Machine) running() *vm.VM {
 	m.mu.Lock()
@@ -113,7 +145,11 @@ func (m *Machine) config(n int, dev bmc.Device) (vm.Config, error) {
 		if !ok {
 			return cfg, fmt.Errorf("boot device %q, want pxe, disk or cdrom", dev)
 		}
-		cfg.ExtraArgs = append(cfg.ExtraArgs, "-boot", "order="+order)
+		if cfg.UEFI {
+			uefiBootOrder(&cfg, dev)
+		} else {
+			cfg.ExtraArgs = append(cfg.ExtraArgs, "-boot", "order="+order)
+		}
 	}
 	sock := m.QMPSocket()
 	if strings.Contains(sock, ",") {

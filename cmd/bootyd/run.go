@@ -257,6 +257,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	srv.RegisterConfigs(ctx)
+	// The loops drive the same BMCs as the BMC routes: with --bmc-ca-cert's roots.
+	c.loops.bmc.RootCAs = srv.BMCOptions().RootCAs
 	stopLoops, err := startLoops(ctx, c.loops, db, log)
 	if err != nil {
 		log.Error("start bootyd", "err", err)

@@ -62,6 +62,12 @@ func newBMCState(opts Options) (*bmcState, error) {
 	return &bmcState{opts: o, busy: map[string]bool{}}, nil
 }
 
+// BMCOptions returns the options bootyd's BMC routes drive BMCs with:
+// Options.BMC with the CA certificates of Options.BMCCACert added to its
+// roots. bootyd hands the same roots to its control loops (reconciler,
+// Recoverer), so they trust the Redfish BMCs its routes trust.
+func (s *Server) BMCOptions() bmc.Options { return s.bmc.opts }
+
 // bmcRoutes adds the BMC routes to mux.
 func (s *Server) bmcRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/machines/{machine}/bmc/power", s.operator(s.handleBMCPowerState))

@@ -222,3 +222,25 @@ func TestBMCRoutesIPMI(t *testing.T) {
 		t.Error("the IPMI password reached bootyd's logs")
 	}
 }
+
+// BMCOptions carries --bmc-ca-cert's roots (what bootyd gives its
+// reconciler and Recoverer): a driver built with them verifies the Redfish
+// BMC's certificate, one without them does not.
+func TestBMCOptionsTrustBMCCACert(t *testing.T) {
+	e, r, _ := newRedfishEnv(t)
+	creds := bmc.Credentials{Username: "admin", Password: bmcTestPassword}
+	d, err := bmc.New(r.Address(), creds, e.srv.BMCOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PowerState(t.Context()); err != nil {
+		t.Fatalf("power state with BMCOptions: %v", err)
+	}
+	d, err = bmc.New(r.Address(), creds, fastBMC())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PowerState(t.Context()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("power state without the CA: %v, want a certificate error", err)
+	}
+}

@@ -147,7 +147,11 @@ func fleet(ctx context.Context, o options, stdout *os.File, stderr io.Writer) in
 		"--files", files, "--state-dir", filepath.Join(work, "state"), "--operator-token-file", tokenFile,
 		"--bmc-ca-cert", caFile,
 		// The agent allows plain HTTP only when told, like bootyctl.
-		"--ipxe-cmdline", "console=tty0 console=ttyS0,115200n8 booty.insecure-http=1"}
+		"--ipxe-cmdline", "console=tty0 console=ttyS0,115200n8 booty.insecure-http=1",
+		// A machine that powered itself off (the installed OS does, after its
+		// proof) is powered on again within seconds, not bootyd's default
+		// minute; a failed BMC or agent call is retried after 10s, not 1 min.
+		"--reconcile-resync", "15s", "--reconcile-error-backoff", "10s", "--reconcile-error-backoff-max", "2m"}
 	args = append(args, o.bootydArgs...)
 	bootyd, err := startProcess(o.bootyd, args, bootydLog)
 	if err != nil {
@@ -306,7 +310,7 @@ wait:
 	for _, m := range machines {
 		proof, dev := m.console.Proof()
 		s.Machines = append(s.Machines, machineReport{Name: m.name, BMC: m.bmcAddress, MAC: m.mac, Machine: m.last,
-			Events: m.events, Boots: m.vm.Boots(), Proof: proof, ProofBoot: dev, Console: m.consoleLog})
+			Events: m.events, Boots: m.vm.Boots(), Proof: proof, ProofBoot: dev, KexecProof: m.console.KexecProof(), Console: m.consoleLog})
 	}
 	p("")
 	s.write(out)

@@ -70,11 +70,22 @@ type consoleWatch struct {
 
 	mu       sync.Mutex
 	partial  string
+	agent    bool     // the agent ran since the firmware last printed: a proof now follows its kexec
 	current  []string // proof lines of the boot printing them now
-	proof    []string // the first complete proof
+	kexec    []string // the first complete proof after the agent's kexec
+	proof    []string // the first complete proof of a firmware boot
 	bootDev  bmc.Device
-	finished chan struct{} // closed with the first complete proof
+	finished chan struct{} // closed with the first complete proof of a firmware boot
 }
+
+// Console lines that tell how the installed OS was reached: the firmware
+// (OVMF's boot manager, iPXE) prints before every boot it makes, the
+// agent when it starts; a proof with the agent since the firmware's last
+// line came through the agent's kexec, not through the firmware.
+var (
+	firmwareLines = []string{"BdsDxe: ", "iPXE initialising devices", "iPXE 1."}
+	agentLine     = "booty agent starting"
+)
 
 func newConsoleWatch(name string, out io.Writer, all bool, boot func() bmc.Device) *consoleWatch {
 	return &consoleWatch{name: name, out: out, all: all, boot: boot, finished: make(chan struct{})}
@@ -94,6 +105,14 @@ func (c *consoleWatch) Write(b []byte) (int, error) {
 
 // line takes one console line; c.mu is held.
 func (c *consoleWatch) line(l string) {
+	for _, f := range firmwareLines {
+		if strings.Contains(l, f) {
+			c.agent = false
+		}
+	}
+	if strings.Contains(l, agentLine) {
+		c.agent = true
+	}
 	i := strings.Index(l, proofPrefix)
 	if i < 0 {
 		if c.all && c.out != nil {
@@ -109,7 +128,16 @@ func (c *consoleWatch) line(l string) {
 		c.current = nil
 	}
 	c.current = append(c.current, p)
-	if p == "done" && c.proof == nil {
+	if p != "done" {
+		return
+	}
+	if c.agent {
+		if c.kexec == nil {
+			c.kexec = c.current
+		}
+		return
+	}
+	if c.proof == nil {
 		c.proof = c.current
 		if c.boot != nil {
 			c.bootDev = c.boot()
@@ -118,15 +146,24 @@ func (c *consoleWatch) line(l string) {
 	}
 }
 
-// Done is closed once the installed OS printed a complete proof.
+// Done is closed once the installed OS, booted by the firmware from the
+// disk, printed a complete proof.
 func (c *consoleWatch) Done() <-chan struct{} { return c.finished }
 
-// Proof returns the first complete proof's lines and the BMC boot device
-// of the power on that printed it; nil before.
+// Proof returns the lines of the first complete proof of a firmware boot
+// and the BMC boot device of the power on that made it; nil before.
 func (c *consoleWatch) Proof() ([]string, bmc.Device) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.proof...), c.bootDev
+}
+
+// KexecProof returns the lines of the first complete proof printed after
+// the agent kexec'd into the installed OS; nil without one.
+func (c *consoleWatch) KexecProof() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.kexec...)
 }
 
 // machineReport is what the summary says of one machine.
@@ -135,12 +172,14 @@ type machineReport struct {
 	Machine        *api.Machine // the last answer of bootyd; nil without one
 	Events         []api.Event
 	Boots          []bmc.Device // every power on and reset, as the BMC saw them
-	Proof          []string     // the installed OS's complete proof, nil without one
-	ProofBoot      bmc.Device
+	Proof          []string     // the complete proof of a firmware boot of the installed OS, nil without one
+	ProofBoot      bmc.Device   // the BMC boot device of the power on that made that boot
+	KexecProof     []string     // the complete proof after the agent's kexec, nil without one
 	Console        string // the console log's path
 }
 
-// booted reports whether the machine booted its installed OS.
+// booted reports whether the firmware booted the machine's installed OS
+// from its disk.
 func (r machineReport) booted() bool { return len(r.Proof) > 0 }
 
 // summary is the demo's final report.
@@ -205,17 +244,20 @@ func (s summary) write(w io.Writer) {
 			p("    error    %s: %s", m.Machine.Error.Type, m.Machine.Error.Message)
 		}
 		p("    boots    %s (each power on or reset, as its BMC saw it)", bootList(m.Boots))
+		if len(m.KexecProof) > 0 {
+			p("    kexec    the agent kexec'd into the installed OS, which printed its proof (%d lines)", len(m.KexecProof))
+		}
 		if m.booted() {
-			p("    proof    its installed OS printed %d BOOTY-PROOF lines, ending in done, after a %s boot:", len(m.Proof), bootName(m.ProofBoot))
+			p("    proof    the firmware booted the installed OS from the disk (BMC boot device %s); it printed %d BOOTY-PROOF lines, ending in done:", bootName(m.ProofBoot), len(m.Proof))
 			facts := proofFacts(m.Proof)
 			for _, k := range proofKeys {
 				if v, ok := facts[k]; ok {
 					p("               %s=%s", k, v)
 				}
 			}
-			p("    result   OK: booted its installed OS")
+			p("    result   OK: booted its installed OS from its disk")
 		} else {
-			p("    proof    none: its installed OS printed no complete BOOTY-PROOF (console: %s)", m.Console)
+			p("    proof    none: the firmware booted no installed OS that printed a complete BOOTY-PROOF (console: %s)", m.Console)
 			last := "no state"
 			if m.Machine != nil {
 				last = m.Machine.State

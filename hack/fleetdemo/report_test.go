@@ -55,8 +55,10 @@ func TestTimeline(t *testing.T) {
 }
 
 // The console watch finds the installed OS's proof among console lines
-// arriving in pieces, keeps the first complete one with the boot device of
-// its power on, and prints proof lines (and, when asked, every line).
+// arriving in pieces; a proof after the agent's kexec is kept apart, the
+// first after a firmware boot (OVMF's or iPXE's lines since the agent)
+// ends the wait, with the boot device of its power on; proof lines are
+// printed (and, when asked, every line).
 func TestConsoleWatch(t *testing.T) {
 	var out bytes.Buffer
 	dev := bmc.DevicePXE
@@ -66,7 +68,21 @@ func TestConsoleWatch(t *testing.T) {
 			t.Fatalf("Write = %d, %v", n, err)
 		}
 	}
+	// The agent provisions, then kexecs into the installed OS.
 	write("iPXE initialising devices...\r\n")
+	write("time=... level=INFO msg=\"booty agent starting\" component=initsys\n")
+	write("BOOTY-PROOF hostname=node-1\nBOOTY-PROOF rootdev=/dev/vda2\nBOOTY-PROOF done\n")
+	select {
+	case <-c.Done():
+		t.Fatal("done after the kexec's proof")
+	default:
+	}
+	if k := c.KexecProof(); strings.Join(k, "|") != "hostname=node-1|rootdev=/dev/vda2|done" {
+		t.Fatalf("kexec proof %q", k)
+	}
+	// Powered on again from the disk: the firmware prints, then the OS.
+	dev = bmc.DevicePXE
+	write("BdsDxe: loading Boot0008 \"debian\" from HD(1,GPT,...)\n")
 	write("[  OK  ] Started booty-proof.service\nBOOTY-PROOF hostname=node-1\nBOOTY-PROOF kernel=6.1.0")
 	select {
 	case <-c.Done():
@@ -109,7 +125,8 @@ func TestSummary(t *testing.T) {
 	booted := machineReport{Name: "node-1", BMC: "ipmi://127.0.0.1:623", MAC: "52:54:00:de:00:01",
 		Machine: &api.Machine{Name: "node-1", State: "provisioned", CreatedAt: t0}, Events: demoEvents(),
 		Boots: []bmc.Device{bmc.DevicePXE, bmc.DevicePXE, bmc.DeviceDisk},
-		Proof: []string{"hostname=node-1", "kernel=6.1.0-13-amd64", "rootdev=/dev/vda2", "efi-current=Boot0004", "done"}, ProofBoot: bmc.DeviceDisk}
+		Proof: []string{"hostname=node-1", "kernel=6.1.0-13-amd64", "rootdev=/dev/vda2", "efi-current=Boot0004", "done"}, ProofBoot: bmc.DeviceDisk,
+		KexecProof: []string{"hostname=node-1", "done"}}
 	stuck := machineReport{Name: "node-2", BMC: "redfish://127.0.0.1:8443/redfish/v1/Systems/1", MAC: "52:54:00:de:00:02",
 		Machine: &api.Machine{Name: "node-2", State: "inspecting", StateChangedAt: t0.Add(time.Minute), CreatedAt: t0,
 			Error: &api.MachineError{Type: "inspection error", Message: "power on node-2: the power did not change"}},
@@ -127,9 +144,10 @@ func TestSummary(t *testing.T) {
 		"states   " + t0.Format("15:04:05") + "  registering   12s",
 		t0.Add(6*time.Minute).Format("15:04:05") + "  provisioned   1m0s so far",
 		"boots    pxe, pxe, disk",
-		"printed 5 BOOTY-PROOF lines, ending in done, after a disk boot",
+		"kexec    the agent kexec'd into the installed OS, which printed its proof (2 lines)",
+		"proof    the firmware booted the installed OS from the disk (BMC boot device disk); it printed 5 BOOTY-PROOF lines, ending in done:",
 		"rootdev=/dev/vda2", "efi-current=Boot0004",
-		"result   OK: booted its installed OS",
+		"result   OK: booted its installed OS from its disk",
 		"result     OK: both machines booted their installed OS",
 	} {
 		if !strings.Contains(b.String(), want) {
@@ -147,7 +165,7 @@ func TestSummary(t *testing.T) {
 		"states   " + t0.Add(time.Minute).Format("15:04:05") + "  inspecting  6m0s so far",
 		"error    inspection error: power on node-2: the power did not change",
 		"boots    none",
-		"proof    none: its installed OS printed no complete BOOTY-PROOF (console: /w/node-2/console.log)",
+		"proof    none: the firmware booted no installed OS that printed a complete BOOTY-PROOF (console: /w/node-2/console.log)",
 		"result   NOT BOOTED: inspecting",
 		"result     TIMEOUT: not every machine booted its installed OS within 7m",
 	} {

@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/booty-dev/booty/hack/internal/demoio"
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/bmc"
 	"github.com/booty-dev/booty/pkg/bmc/bmcsim"
@@ -55,7 +56,7 @@ type demoMachine struct {
 // status: 0 when both machines booted their installed OS.
 func fleet(ctx context.Context, o options, stdout *os.File, stderr io.Writer) int {
 	tty := term.IsTerminal(int(stdout.Fd()))
-	out := &lockedWriter{w: stdout}
+	out := &demoio.LockedWriter{W: stdout}
 	p := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(out, "fleetdemo: "+format+"\n", args...)
@@ -86,7 +87,7 @@ func fleet(ctx context.Context, o options, stdout *os.File, stderr io.Writer) in
 		return fail("create log: %v", err)
 	}
 	defer logf.Close()
-	log := slog.New(slog.NewTextHandler(&lockedWriter{w: logf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(&demoio.LockedWriter{W: logf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	// What bootyd serves under /files.
 	files := filepath.Join(work, "files")
@@ -192,7 +193,7 @@ func fleet(ctx context.Context, o options, stdout *os.File, stderr io.Writer) in
 	for _, m := range machines {
 		p("  %-9s  %s BMC %s, boot MAC %s, fresh %d GiB disk, console %s", m.name, m.kind, m.bmcAddress, m.mac, o.diskGiB, m.consoleLog)
 	}
-	p("  image      %s (%s)", filepath.Join(o.imageDir, imageZst), humanize.Bytes(fileSize(filepath.Join(o.imageDir, imageZst))))
+	p("  image      %s (%s)", filepath.Join(o.imageDir, imageZst), humanize.Bytes(demoio.FileSize(filepath.Join(o.imageDir, imageZst))))
 	if o.workDir == "" {
 		p("  work dir   %s (removed at exit; --work-dir keeps it)", work)
 	} else {
@@ -626,27 +627,6 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return "  " + strings.Join(lines, "\n  ")
-}
-
-func fileSize(p string) int64 {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-// lockedWriter serialises writes, so lines of the watch, the events and
-// the consoles never interleave.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
 
 // prefixWriter writes each whole line it is given with a prefix, keeping

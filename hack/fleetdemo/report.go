@@ -175,7 +175,7 @@ type machineReport struct {
 	Proof          []string     // the complete proof of a firmware boot of the installed OS, nil without one
 	ProofBoot      bmc.Device   // the BMC boot device of the power on that made that boot
 	KexecProof     []string     // the complete proof after the agent's kexec, nil without one
-	Console        string // the console log's path
+	Console        string       // the console log's path
 }
 
 // booted reports whether the firmware booted the machine's installed OS

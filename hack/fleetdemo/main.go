@@ -45,13 +45,16 @@ It enters a network namespace of its own (so it needs root) and there:
      'bootyctl apply -f hosts.yaml';
   4. runs 'bootyctl machines watch' while bootyd's reconciler powers each
      machine on into PXE, inspects it (the agent enrolls and reports its
-     hardware), provisions it (the agent writes the image) and boots it from
-     its disk;
-  5. waits until the installed OS of both machines printed its proof on the
-     serial console ("BOOTY-PROOF ... done", from hack/mkdebianimage.sh's
-     booty-proof.service), then prints a summary: every state of each machine
-     with its time and duration (from bootyd's events), its boots as its BMC
-     saw them, and the proof lines of its installed OS.
+     hardware), provisions it (the agent writes the image and kexecs into
+     it; the installed OS prints its proof and powers off) and powers it on
+     again from its disk;
+  5. waits until, on both machines, the firmware booted the installed OS
+     from the disk and it printed its proof on the serial console
+     ("BOOTY-PROOF ... done", from hack/mkdebianimage.sh's
+     booty-proof.service; the proof after the agent's kexec does not
+     count), then prints a summary: every state of each machine with its
+     time and duration (from bootyd's events), its boots as its BMC saw
+     them, and the proof lines of its installed OS.
 
 What you see: on a terminal, watch's live table (a progress bar for each
 machine writing its image), then the summary. Piped, a line for each change

@@ -207,7 +207,7 @@ func (s summary) ok() bool {
 }
 
 // proofKeys are the proof facts the summary quotes, in this order.
-var proofKeys = []string{"hostname", "kernel", "rootdev", "efi-current", "efi-order"}
+var proofKeys = []string{"hostname", "kernel", "cmdline", "rootdev", "efi-current", "efi-order"}
 
 // write prints the summary.
 func (s summary) write(w io.Writer) {

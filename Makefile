@@ -43,11 +43,11 @@ demo-image: $(DEPS) ## the small GPT demo image in out/demo (raw, zst, gz, xz, S
 	bash hack/mkdemoimage.sh $(DEMO)
 
 demo: $(DEPS) initramfs debian-image ## the fleet demo: two QEMU machines behind IPMI and Redfish BMCs, provisioned by bootyd's reconciler, with bootyctl machines watch (DEMO_FLAGS=--help)
-	BOOTY_KERNEL=$(CURDIR)/$(OUT)/vmlinuz go run ./hack/fleetdemo --bootyd $(OUT)/bootyd --bootyctl $(OUT)/bootyctl \
+	BOOTY_KERNEL=$(abspath $(OUT))/vmlinuz go run ./hack/fleetdemo --bootyd $(OUT)/bootyd --bootyctl $(OUT)/bootyctl \
 		--kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(BOOTY_CACHE)/debian $(DEMO_FLAGS)
 
 demo-one: $(DEPS) initramfs demo-image ## boot one QEMU machine and provision it from an in-process bootyd, showing its console
-	BOOTY_KERNEL=$(CURDIR)/$(OUT)/vmlinuz go run ./hack/demo --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO)
+	BOOTY_KERNEL=$(abspath $(OUT))/vmlinuz go run ./hack/demo --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO)
 
 vet: ## go vet, with and without the e2e tag
 	go vet ./...

@@ -23,7 +23,9 @@
 //	                          (PowerOn, or a hard PowerOff; power management error)
 //	provisioning              Provision (provisioning error), which boots the agent
 //	                          once; after a failed provision, on retry: Deprovision,
-//	                          so it goes on to available and is provisioned again
+//	                          so it goes on to available and is provisioned again;
+//	                          an operator's provision without an image (config
+//	                          overrides only) is left to the agent
 //	provisioned,              the image removed from the spec (provisioned only):
 //	externally provisioned    Deprovision; otherwise power as Online says: PowerOn
 //	                          (boot device disk), or PowerOff, soft first and hard
@@ -55,7 +57,11 @@
 // with restartOnFailure, and the first call that succeeds clears the error
 // state (status OK; the count stays until the agent's next success).
 //
-// When is in memory per bootyd: another replica may call a machine
-// earlier than RequeueAfter, which is harmless (each call reads the state
-// and takes at most one step), never during a backoff.
+// When a machine is due is kept in memory per bootyd: another replica may
+// call a machine earlier than RequeueAfter, which is harmless (each call
+// reads the state and takes at most one step), but never during a backoff.
+//
+// The operator API's DELETE removes a machine at once; the reconciler's
+// power off before the delete is for machines moved to powering off before
+// delete.
 package reconciler

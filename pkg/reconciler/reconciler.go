@@ -307,13 +307,18 @@ func (r *Reconciler) Work(ctx context.Context, db *bmdb.DB, m bmdb.Machine) (*bm
 	}
 	log := r.log.With("machine", m.Name, "state", m.State)
 	o, err := r.step(ctx, p, m, retrying)
+	// After a failure the BMDB's backoff decides when the claim succeeds
+	// again; it is never shorter than this, so candidates in backoff are
+	// not offered to a claim (a write) at every round.
+	inBackoff := max(time.Second, time.Duration(float64(r.cfg.ErrorBackoff.Initial)*(1-r.cfg.ErrorBackoff.Jitter)))
 	if err != nil {
-		r.remember(ctx, m.ID, 0)
+		r.remember(ctx, m.ID, inBackoff)
 		return nil, fmt.Errorf("reconcile %s (%s): %s: %w", m.Name, m.State, o.call, err)
 	}
 	if o.res.ErrorMessage != "" {
-		r.remember(ctx, m.ID, 0)
-		if err := r.recordFailure(ctx, m, o, retrying); err != nil {
+		err := r.recordFailure(ctx, m, o, retrying)
+		r.remember(ctx, m.ID, inBackoff) // after the failure's own change of the machine
+		if err != nil {
 			return nil, err
 		}
 		log.Warn("reconcile failed; backing off", "call", o.call, "error_type", o.errType, "reason", o.res.ErrorMessage)

@@ -185,6 +185,7 @@ func (s *simMachine) runAgent(ctx context.Context) {
 type env struct {
 	t    *testing.T
 	ctx  context.Context
+	dsn  string
 	db   *bmdb.DB
 	ts   *httptest.Server
 	sim  *bmcsim.Redfish
@@ -225,29 +226,51 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.sim.Close() })
-	f := provisioner.NewFactory(db, provisioner.Config{Logger: logger(t), BMC: bmc.Options{RootCAs: e.sim.CertPool(),
-		PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond, PowerTimeout: 2 * time.Second, SoftOffTimeout: 5 * time.Second}})
-	e.rec, err = reconciler.New(db, reconciler.Config{
-		ControlLoopConfig: manager.ControlLoopConfig{DBQueryLimiter: rate.NewLimiter(rate.Every(50*time.Millisecond), 1), Parallelism: 2, Logger: logger(t)},
-		Factory:           f, Resync: 2 * time.Second,
-		ErrorBackoff: bmdb.Backoff{Initial: time.Second, Maximum: 2 * time.Second, Exponent: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.dsn = dsn
+	e.rec = e.newReconciler(db)
 	return e
 }
 
+// newReconciler returns a reconciler over db with the test's short waits.
+func (e *env) newReconciler(db *bmdb.DB) *reconciler.Reconciler {
+	e.t.Helper()
+	f := provisioner.NewFactory(db, provisioner.Config{Logger: logger(e.t), BMC: bmc.Options{RootCAs: e.sim.CertPool(),
+		PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond, PowerTimeout: 2 * time.Second, SoftOffTimeout: 5 * time.Second}})
+	rec, err := reconciler.New(db, reconciler.Config{
+		ControlLoopConfig: manager.ControlLoopConfig{DBQueryLimiter: rate.NewLimiter(rate.Every(50*time.Millisecond), 1), Parallelism: 2, Logger: logger(e.t)},
+		Factory:           f, Resync: 2 * time.Second,
+		ErrorBackoff: bmdb.Backoff{Initial: time.Second, Maximum: 2 * time.Second, Exponent: 2}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec
+}
+
 // run runs the reconciler until the test ends.
-func (e *env) run() {
+func (e *env) run() { e.runReconciler(e.rec) }
+
+func (e *env) runReconciler(rec *reconciler.Reconciler) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := e.rec.Run(ctx); err != nil {
+		if err := rec.Run(ctx); err != nil {
 			e.t.Errorf("reconciler: %v", err)
 		}
 	}()
 	e.t.Cleanup(func() { cancel(); <-done })
+}
+
+// replica runs a second reconciler, as another bootyd would, over its own
+// connection to the same database.
+func (e *env) replica() {
+	e.t.Helper()
+	db, err := bmdb.Open(e.ctx, e.dsn, bmdb.WithLogger(logger(e.t)), bmdb.WithAgentSessionTTL(3*time.Second))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { db.Close() })
+	e.runReconciler(e.newReconciler(db))
 }
 
 // register creates the machine with its BMC, as the operator API does.
@@ -479,6 +502,49 @@ func TestReconcileProvisionFailureRetries(t *testing.T) {
 	}
 	if len(e.events(m.ID, "DeprovisioningDone")) != 1 || len(e.events(m.ID, "ProvisioningDone")) != 1 {
 		t.Errorf("want one deprovision and one successful provision")
+	}
+}
+
+// TestReconcileTwoReplicas: two reconcilers over one database (two bootyd
+// replicas, two workers each) drive the machine to provisioned without
+// working it twice: one agent boot, one boot request, one provision.
+func TestReconcileTwoReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.register(true, "http://10.0.0.1/os.raw")
+	e.run()
+	e.replica()
+	m = e.waitState(m.ID, bmdb.StateProvisioned, bmc.PowerOn)
+	if n := e.mach.boots(); n != 1 {
+		t.Errorf("the agent booted %d times, want once", n)
+	}
+	for _, r := range []string{provisioner.ReasonAgentBootRequest, "ProvisioningStarted", "InspectionStarted"} {
+		if n := len(e.events(m.ID, r)); n != 1 {
+			t.Errorf("%d %s events, want 1", n, r)
+		}
+	}
+	hist, err := e.db.WorkHistory(e.ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions := map[string]bool{}
+	open := 0
+	for _, h := range hist {
+		if h.Process != reconciler.Process {
+			continue
+		}
+		sessions[h.SessionID] = true
+		if h.Event == bmdb.WorkStarted {
+			open++
+		} else {
+			open--
+		}
+		if open > 1 {
+			t.Fatalf("two claims of the machine at once: %+v", hist)
+		}
+	}
+	if len(sessions) < 2 {
+		t.Logf("only %d session(s) worked the machine", len(sessions))
 	}
 }
 

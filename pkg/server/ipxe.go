@@ -50,25 +50,37 @@ func (s *Server) MachineIPXE(base, mac string) string {
 // ChainIPXE returns the generic script for DHCP's boot filename: it chains to
 // the per-MAC script, naming the MAC of the interface iPXE booted from
 // (${netX/mac:hexhyp}, e.g. 52-54-00-12-34-56), and falls back to net0 for
-// iPXE builds without netX.
+// iPXE builds without netX. A per-MAC script that asked for a local boot
+// (LocalBootIPXE) is not tried again: the script exits with a failure, so
+// the firmware goes on to its next boot device.
 func (s *Server) ChainIPXE(base string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#!ipxe\n")
 	fmt.Fprintf(&b, "# bootyd: hand over to this machine's boot script\n")
 	fmt.Fprintf(&b, "chain --autofree %s/v1/machines/${netX/mac:hexhyp}/ipxe || goto net0\n", base)
 	fmt.Fprintf(&b, ":net0\n")
+	fmt.Fprintf(&b, "isset ${%s} && goto local ||\n", localBootVar)
 	fmt.Fprintf(&b, "chain --autofree %s/v1/machines/${net0/mac:hexhyp}/ipxe || goto failed\n", base)
 	fmt.Fprintf(&b, ":failed\n")
+	fmt.Fprintf(&b, "isset ${%s} && goto local ||\n", localBootVar)
 	fmt.Fprintf(&b, "echo booty: bootyd at %s has no boot script for ${netX/mac} (no config for this MAC?)\n", base)
+	fmt.Fprintf(&b, "exit 1\n")
+	fmt.Fprintf(&b, ":local\n")
 	fmt.Fprintf(&b, "exit 1\n")
 	return b.String()
 }
 
+// localBootVar is the iPXE setting a local-boot script sets, so that
+// ChainIPXE does not try the next MAC's script.
+const localBootVar = "booty-local-boot"
+
 // LocalBootIPXE returns the script for a machine that boots its disk: iPXE
-// exits, and the firmware goes on to the next device of its boot order
-// (Ironic's local boot).
+// exits with a failure, and the firmware goes on to the next device of its
+// boot order (Ironic's local boot); UEFI firmware would show its boot menu
+// after a success.
 func LocalBootIPXE(name string) string {
-	return "#!ipxe\n# booty: " + name + " is provisioned: boot from its disk\nexit\n"
+	return "#!ipxe\n# booty: " + name + " is provisioned: boot from its disk\nset " + localBootVar +
+		" 1\necho booty: " + name + " is provisioned: on to the next boot device\nexit 1\n"
 }
 
 // localBoot reports whether machine m boots its disk instead of the agent:

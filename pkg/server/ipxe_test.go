@@ -79,9 +79,9 @@ func TestIPXENeverFromHostHeader(t *testing.T) {
 	for _, w := range []string{
 		"#!ipxe\n",
 		"chain --autofree " + base + "/v1/machines/${netX/mac:hexhyp}/ipxe || goto net0\n",
-		":net0\nchain --autofree " + base + "/v1/machines/${net0/mac:hexhyp}/ipxe || goto failed\n",
-		":failed\n",
-		"exit 1\n",
+		":net0\nisset ${booty-local-boot} && goto local ||\nchain --autofree " + base + "/v1/machines/${net0/mac:hexhyp}/ipxe || goto failed\n",
+		":failed\nisset ${booty-local-boot} && goto local ||\necho booty: bootyd at ",
+		"exit 1\n:local\nexit 1\n",
 	} {
 		if !strings.Contains(chain, w) {
 			t.Errorf("chain script lacks %q:\n%s", w, chain)
@@ -94,7 +94,8 @@ func TestIPXENeverFromHostHeader(t *testing.T) {
 }
 
 // TestMachineIPXELocalBoot: a provisioned machine with a BMC network-boots
-// into a script that exits (the firmware goes on to its disk); the same
+// into a script that exits with a failure after setting booty-local-boot,
+// which the chain script checks (the firmware goes on to its disk); the same
 // machine while deprovisioning gets the agent again, and a provisioned
 // machine without a BMC keeps getting the agent.
 func TestMachineIPXELocalBoot(t *testing.T) {
@@ -131,11 +132,11 @@ func TestMachineIPXELocalBoot(t *testing.T) {
 		return body
 	}
 	withBMC := mk("with-bmc", "52:54:00:00:20:01", "ipmi://127.0.0.1:623")
-	if got := script("52-54-00-00-20-01"); got != LocalBootIPXE("with-bmc") || !strings.Contains(got, "\nexit\n") {
+	if got := script("52-54-00-00-20-01"); got != LocalBootIPXE("with-bmc") || !strings.Contains(got, "\nset booty-local-boot 1\n") || !strings.HasSuffix(got, "\nexit 1\n") {
 		t.Errorf("provisioned machine with a BMC: script\n%s\nwant the local boot's exit", got)
 	}
 	mk("no-bmc", "52:54:00:00:20:02", "")
-	if got := script("52-54-00-00-20-02"); !strings.Contains(got, "\nkernel ") || strings.Contains(got, "\nexit\n") {
+	if got := script("52-54-00-00-20-02"); !strings.Contains(got, "\nkernel ") || strings.Contains(got, "booty-local-boot") {
 		t.Errorf("provisioned machine without a BMC: script\n%s\nwant the agent", got)
 	}
 	if _, err := db.Transition(ctx, withBMC.ID, bmdb.Transition{To: bmdb.StateDeprovisioning, Command: bmdb.CommandDeprovision, Reason: "Test"}); err != nil {

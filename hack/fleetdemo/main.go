@@ -70,7 +70,7 @@ machine got to); 2 for bad flags.
 
 Needs: make build (out/bootyd, out/bootyctl), make initramfs (out/vmlinuz,
 out/initramfs.img), make debian-image (the image in BOOTY_CACHE/debian),
-qemu-system-x86_64 and OVMF. Under TCG (no working KVM) it takes about 8
+qemu-system-x86_64 and OVMF. Under TCG (no working KVM) it takes 4 to 8
 minutes on two cores; BOOTY_QEMU_ACCEL=auto|kvm|tcg chooses the accelerator.
 
 Flags:

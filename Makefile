@@ -14,7 +14,7 @@ DEMO     := $(OUT)/demo
 # installed). Set DEPS= to skip it, e.g. in the Dockerfile.
 DEPS     ?= deps
 
-.PHONY: help deps build initramfs iso demo-image debian-image demo test vet unit e2e bench bench-boot bench-serve bench-fleet clean
+.PHONY: help deps build initramfs iso demo-image debian-image demo demo-one test vet unit e2e bench bench-boot bench-serve bench-fleet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -42,8 +42,12 @@ iso: initramfs ## out/booty.iso: BIOS+UEFI bootable ISO of the agent (virtual me
 demo-image: $(DEPS) ## the small GPT demo image in out/demo (raw, zst, gz, xz, SHA256SUMS)
 	bash hack/mkdemoimage.sh $(DEMO)
 
-demo: $(DEPS) initramfs demo-image ## boot a QEMU machine and provision it from bootyd, showing progress
-	BOOTY_KERNEL=$(CURDIR)/$(OUT)/vmlinuz go run ./hack/demo --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO)
+demo: $(DEPS) initramfs debian-image ## the fleet demo: two QEMU machines behind IPMI and Redfish BMCs, provisioned by bootyd's reconciler, with bootyctl machines watch (DEMO_FLAGS=--help)
+	BOOTY_KERNEL=$(abspath $(OUT))/vmlinuz go run ./hack/fleetdemo --bootyd $(OUT)/bootyd --bootyctl $(OUT)/bootyctl \
+		--kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(BOOTY_CACHE)/debian $(DEMO_FLAGS)
+
+demo-one: $(DEPS) initramfs demo-image ## boot one QEMU machine and provision it from an in-process bootyd, showing its console
+	BOOTY_KERNEL=$(abspath $(OUT))/vmlinuz go run ./hack/demo --kernel $(OUT)/vmlinuz --initrd $(OUT)/initramfs.img --image-dir $(DEMO)
 
 vet: ## go vet, with and without the e2e tag
 	go vet ./...

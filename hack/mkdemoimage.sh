@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mkdemoimage.sh OUTDIR
 #
-# Builds the small GPT disk image that `make demo` and the e2e tests write
+# Builds the small GPT disk image that `make demo-one` and the e2e tests write
 # with booty, without loop devices or mounts (the host may lack vfat and loop
 # partition scanning): the partition table is written into the image file by
 # sgdisk, the ESP is made in a file of its own with mkfs.vfat and mtools, the

@@ -10,9 +10,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/booty-dev/booty/hack/internal/demoio"
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/config"
 	"github.com/booty-dev/booty/pkg/humanize"
@@ -22,7 +22,7 @@ import (
 // demo runs the scenario inside the network namespace and returns the exit
 // status: 0 when the machine was provisioned and its disk holds the image.
 func demo(ctx context.Context, o options, stdout, stderr io.Writer) int {
-	out := &lockedWriter{w: stdout}
+	out := &demoio.LockedWriter{W: stdout}
 	p := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(out, "demo: "+format+"\n", args...)
@@ -41,7 +41,7 @@ func demo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		Dir:      o.workDir,
 		Output:   bootyd,
 		Console:  console,
-		Logger:   slog.New(&warnHandler{w: &lockedWriter{w: stderr}}),
+		Logger:   slog.New(&warnHandler{w: &demoio.LockedWriter{W: stderr}}),
 	})
 	if err != nil {
 		return fail("%v", err)
@@ -67,13 +67,13 @@ func demo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	image := lab.FilePath(harness.DemoImage)
-	imageSize := fileSize(image)
+	imageSize := demoio.FileSize(image)
 
 	p("booty demo: provision one QEMU machine from an in-process bootyd")
 	p("")
 	p("  kernel    %s", o.kernel)
-	p("  initrd    %s (%s)", o.initrd, humanize.Bytes(fileSize(o.initrd)))
-	p("  image     %s (%s), %s raw", lab.FilePath(harness.DemoImageZst), humanize.Bytes(fileSize(lab.FilePath(harness.DemoImageZst))), humanize.Bytes(imageSize))
+	p("  initrd    %s (%s)", o.initrd, humanize.Bytes(demoio.FileSize(o.initrd)))
+	p("  image     %s (%s), %s raw", lab.FilePath(harness.DemoImageZst), humanize.Bytes(demoio.FileSize(lab.FilePath(harness.DemoImageZst))), humanize.Bytes(imageSize))
 	p("  bootyd    %s, which the guest reaches as %s", lab.HostURL(), lab.GuestURL())
 	p("  machine   %s with a %s disk %s", m.MAC, humanize.Bytes(int64(o.diskMiB)<<20), m.Disk)
 	if o.workDir == "" {
@@ -348,27 +348,6 @@ func redactedConfig(path string) string {
 		return err.Error()
 	}
 	return string(y)
-}
-
-func fileSize(p string) int64 {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-// lockedWriter serialises writes, so lines of the console, of bootyd and
-// of the demo never interleave.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
 
 // prefixWriter writes every line it is given with a prefix; a trailing

@@ -4,7 +4,7 @@
 // streams the serial console and bootyd's account of every step, and ends
 // with a summary that checks the disk holds exactly the demo image.
 //
-// Run it as `make demo`, or after `make initramfs demo-image`:
+// Run it as `make demo-one` (`make demo` is the fleet demo, hack/fleetdemo), or after `make initramfs demo-image`:
 //
 //	go run ./hack/demo --kernel out/vmlinuz --initrd out/initramfs.img --image-dir out/demo
 package main

@@ -60,6 +60,10 @@ type hostSpec struct {
 	MetaData              *hostData            `json:"metaData,omitempty"`
 	Hostname              string               `json:"hostname,omitempty"`
 	ExternallyProvisioned bool                 `json:"externallyProvisioned,omitempty"`
+	// ConfigOverrides is booty's own field (not metal3's): a MachineConfig
+	// fragment bootyd merges over the config it renders from this spec
+	// (handoff, failure policy, …; docs/config.md).
+	ConfigOverrides map[string]any `json:"configOverrides,omitempty"`
 }
 
 type hostBMC struct {
@@ -293,6 +297,13 @@ func parseHost(d []byte, where, dir string) (host, error) {
 	if s.Hostname != "" {
 		h.reg.Spec.Hostname, h.spec = s.Hostname, true
 	}
+	if s.ConfigOverrides != nil {
+		j, err := json.Marshal(s.ConfigOverrides)
+		if err != nil {
+			return h, fmt.Errorf("%s: spec.configOverrides: %w", where, err)
+		}
+		h.reg.Spec.ConfigOverrides, h.spec = j, true
+	}
 	for _, x := range []struct {
 		field string
 		src   *hostData
@@ -447,6 +458,9 @@ func (h host) desired(m api.MachineDetail) api.MachineDetail {
 		if s.RootDeviceHints != nil {
 			d.Spec.RootDeviceHints = s.RootDeviceHints
 		}
+		if s.ConfigOverrides != nil {
+			d.Spec.ConfigOverrides = s.ConfigOverrides
+		}
 		for _, x := range [][2]*string{{&d.Spec.Hostname, &s.Hostname}, {&d.Spec.UserData, &s.UserData},
 			{&d.Spec.NetworkData, &s.NetworkData}, {&d.Spec.MetaData, &s.MetaData}} {
 			if *x[1] != "" {
@@ -480,7 +494,9 @@ func applyCommand() command {
 			"stores it as credentials bmc-NAME (or credentialsName) and bootyctl\n" +
 			"never prints it. Relative file paths are relative to the YAML file.\n" +
 			"userData, networkData and metaData are a string, {value: TEXT} or\n" +
-			"{file: PATH}. --dry-run prints what would change and changes nothing.",
+			"{file: PATH}. spec.configOverrides (booty's own field) is a MachineConfig\n" +
+			"fragment bootyd merges over the config it renders (handoff, onFailure, …).\n" +
+			"--dry-run prints what would change and changes nothing.",
 		example: "  cat > host.yaml <<'EOF'\n" +
 			"  apiVersion: booty.dev/v1alpha1   # metal3.io/v1alpha1 BareMetalHost accepted too\n" +
 			"  kind: BareMetalHost\n" +

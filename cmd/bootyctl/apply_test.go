@@ -36,6 +36,7 @@ spec:
   image: {url: "https://10.0.0.1/files/debian.img.zst", checksum: "sha256:ABCD", format: raw}
   rootDeviceHints: {minSizeGigabytes: 10, rotational: false}
   userData: {file: ./user-data}
+  configOverrides: {handoff: reboot, efiBootEntry: false}
 ---
 apiVersion: metal3.io/v1alpha1
 kind: BareMetalHost
@@ -136,6 +137,10 @@ func TestApplyAgainstBootyd(t *testing.T) {
 		d.Spec.UserData != "#cloud-config\nusers: []\n" {
 		t.Fatalf("rack1-node3 as created: %+v", d)
 	}
+	var over map[string]any
+	if err := json.Unmarshal(d.Spec.ConfigOverrides, &over); err != nil || over["handoff"] != "reboot" || over["efiBootEntry"] != false {
+		t.Fatalf("rack1-node3's configOverrides as created: %s (%v)", d.Spec.ConfigOverrides, err)
+	}
 	d4 := show("rack1-node4")
 	if d4.BootMAC != "52:54:00:12:34:57" || d4.Online || d4.BMC.CredentialsRef != "shared-bmc" || d4.Spec.UserData != "#cloud-config\nhostname: node4\n" {
 		t.Fatalf("rack1-node4 as created: %+v", d4)
@@ -218,9 +223,9 @@ func TestApplyBadDocumentChangesNothing(t *testing.T) {
 		want      []string
 	}{
 		{"unknown field", strings.Replace(hostsYAML, "  online: false\n", "", 1) + "  onlin: true\n",
-			[]string{"document 2 (line 13) of " + f + " (rack1-node4): unknown field spec.onlin"}},
+			[]string{"document 2 (line 14) of " + f + " (rack1-node4): unknown field spec.onlin"}},
 		{"unknown nested field", strings.Replace(hostsYAML, "username: root,", "username: root, passwrd: x,", 1),
-			[]string{"document 2 (line 13)", "unknown field spec.bmc.credentials.passwrd"}},
+			[]string{"document 2 (line 14)", "unknown field spec.bmc.credentials.passwrd"}},
 		{"inline password", strings.Replace(hostsYAML, "passwordFile: ./pw", "password: inline-secret-pw", 1),
 			[]string{"document 1 (line 1)", "spec.bmc.credentials.password", "passwordFile or passwordEnv"}},
 		{"bad apiVersion", strings.Replace(hostsYAML, "metal3.io/v1alpha1", "metal3.io/v1", 1), []string{"document 2", `apiVersion "metal3.io/v1"`}},

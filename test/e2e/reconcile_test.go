@@ -40,6 +40,8 @@ type bmcLab struct {
 	mach *bmcvm.Machine
 	mac  string
 	spec api.MachineSpec
+	// tokens is bootyd's operator token file, for bootyctl.
+	tokens string
 }
 
 // imageSum returns "sha256:HEX" from a sha256sum line file of the Debian
@@ -94,7 +96,7 @@ func newBMCLab(t *testing.T, mac string, extraArgs ...string) *bmcLab {
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	l := &bmcLab{url: "http://" + harness.GuestHost + ":" + port, mac: mac}
+	l := &bmcLab{url: "http://" + harness.GuestHost + ":" + port, mac: mac, tokens: tokens}
 	args := append([]string{"--insecure-http", "--listen", "127.0.0.1:" + port,
 		"--state-dir", filepath.Join(dir, "state"), "--operator-token-file", tokens, "--public-url", l.url, "--files", files,
 		"--ipxe-cmdline", "console=ttyS0,115200 " + harness.InsecureHTTP,
@@ -161,6 +163,44 @@ func newBMCLab(t *testing.T, mac string, extraArgs ...string) *bmcLab {
 func (l *bmcLab) register(t *testing.T, name string, b api.BMCRequest) {
 	t.Helper()
 	l.b.op(t, "POST", "/v1/machines", api.RegisterRequest{Name: name, BootMAC: l.mac, BMC: &b, Online: true, Spec: l.spec}, nil)
+}
+
+// apply registers the machine as an operator would: a BareMetalHost
+// document (its BMC with the password in a file, the boot MAC, online, the
+// Debian image, hints and booty's configOverrides) applied with the real
+// bootyctl, which must answer "NAME created".
+func (l *bmcLab) apply(t *testing.T, name string, b api.BMCRequest) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bmc.pass"), []byte(b.Password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var overrides map[string]any
+	if err := json.Unmarshal(l.spec.ConfigOverrides, &overrides); err != nil {
+		t.Fatal(err)
+	}
+	doc := map[string]any{
+		"apiVersion": "booty.dev/v1alpha1", "kind": "BareMetalHost", "metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"online": true, "bootMACAddress": l.mac,
+			"bmc": map[string]any{"address": b.Address, "disableCertificateVerification": b.DisableCertificateVerification,
+				"credentials": map[string]any{"username": b.Username, "passwordFile": "./bmc.pass"}},
+			"image": l.spec.Image, "rootDeviceHints": l.spec.RootDeviceHints, "configOverrides": overrides,
+		},
+	}
+	j, _ := json.MarshalIndent(doc, "", "  ") // JSON is YAML
+	host := filepath.Join(dir, "host.yaml")
+	if err := os.WriteFile(host, j, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bootyctlBin(t), "apply", "-f", host, "--server", "http://127.0.0.1:"+l.b.port, "--insecure-http", "--token-file", l.tokens)
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != name+" created\n" {
+		t.Fatalf("bootyctl apply -f host.yaml: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), b.Password) {
+		t.Fatal("bootyctl apply printed the BMC password")
+	}
 }
 
 func (l *bmcLab) console() string {
@@ -235,8 +275,8 @@ func (l *bmcLab) deprovisioned(t *testing.T, name string, start time.Time) {
 }
 
 // TestReconcileIPMIMachine is issue 11's e2e (a): a UEFI QEMU machine
-// behind the IPMI test BMC, registered through the operator API with its
-// BMC, the Debian image and online: true. bootyd's reconciler powers it on
+// behind the IPMI test BMC, registered by `bootyctl apply -f host.yaml`
+// (its BMC, the Debian image and online: true). bootyd's reconciler powers it on
 // with boot device PXE; it iPXE-boots the agent from bootyd, enrolls, is
 // inspected and provisioned; the agent reboots it, bootyd's iPXE script
 // for a provisioned machine exits and the firmware boots Debian from the
@@ -253,7 +293,7 @@ func TestReconcileIPMIMachine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sim.Close() })
-	l.register(t, "bmc-ipmi", api.BMCRequest{Address: sim.Address(), Username: "admin", Password: "ipmi-e2e-pw"})
+	l.apply(t, "bmc-ipmi", api.BMCRequest{Address: sim.Address(), Username: "admin", Password: "ipmi-e2e-pw"})
 	l.provisioned(t, "bmc-ipmi", start, true)
 	if boots := l.mach.Boots(); len(boots) == 0 || boots[0] != bmc.DevicePXE {
 		t.Errorf("boots %v, want the first from PXE", boots)

@@ -13,7 +13,9 @@ import (
 // The served bytes travel in blocks of srcBlockSize through a chain of
 // goroutines: fetch (reads the source) ▸ hash (served digest) ▸ the
 // decompressor, which reads them through a blockReader. Each stage works on
-// a different block at the same time; srcBlocks bounds the memory.
+// a different block at the same time; srcBlocks bounds the memory. The
+// fetch fills each block before passing it on (only the last one is
+// short), so a block costs one hand-off per MiB, not one per socket read.
 const (
 	srcBlockSize = 1 << 20
 	srcBlocks    = 6
@@ -57,13 +59,10 @@ func startFetch(ctx context.Context, src io.Reader, h hash.Hash, wg interface{ G
 			case <-ctx.Done():
 				return
 			}
-			n, err := io.ReadAtLeast(src, buf, 1)
-			if err == io.ErrUnexpectedEOF {
-				err = nil
-			}
-			if n == 0 && err == nil {
-				err = io.ErrNoProgress
-			}
+			// A block is filled before it moves on: a socket read returns
+			// what the kernel holds (often 64 KiB on loopback), and a
+			// hand-off per read cost each stage a wake-up per read.
+			n, err := readFull(src, buf)
 			b := srcBlock{buf: buf, data: buf[:n], err: err}
 			select {
 			case fc.toHash <- b:

@@ -1,0 +1,87 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// trickle returns at most max bytes per Read, like a socket that holds a
+// little at a time, then err (io.EOF for a clean end).
+type trickle struct {
+	data []byte
+	max  int
+	err  error
+}
+
+func (r *trickle) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, r.err
+	}
+	n := copy(p[:min(len(p), r.max)], r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// fetchAll runs a fetch chain over src and returns the blocks it passed
+// to the decompressor.
+func fetchAll(t *testing.T, src io.Reader) ([]srcBlock, []byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	h := sha256.New()
+	fc := startFetch(context.Background(), src, h, &wg, func(err error) { t.Errorf("panic: %v", err) })
+	var blocks []srcBlock
+	for b := range fc.toDec {
+		blocks = append(blocks, srcBlock{data: bytes.Clone(b.data), err: b.err})
+		fc.free <- b.buf
+	}
+	wg.Wait()
+	return blocks, h.Sum(nil)
+}
+
+// A source that trickles still reaches the decompressor in full blocks: one
+// hand-off per block, not per read. Only the last block is short, and the
+// bytes, the digest and the clean end are unchanged.
+func TestFetchFillsBlocks(t *testing.T) {
+	data := make([]byte, 3*srcBlockSize+12345)
+	fillData(rand.New(rand.NewPCG(7, 8)), data)
+	blocks, sum := fetchAll(t, &trickle{data: data, max: 5000, err: io.EOF})
+	if len(blocks) != 4 {
+		t.Fatalf("%d blocks, want 4 (3 full and a short last one)", len(blocks))
+	}
+	var got []byte
+	for i, b := range blocks {
+		if i < 3 && (len(b.data) != srcBlockSize || b.err != nil) {
+			t.Errorf("block %d: %d bytes, err %v; want %d bytes, no error", i, len(b.data), b.err, srcBlockSize)
+		}
+		got = append(got, b.data...)
+	}
+	if last := blocks[3]; len(last.data) != 12345 || last.err != io.EOF {
+		t.Errorf("last block: %d bytes, err %v; want 12345 bytes, io.EOF", len(last.data), last.err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Error("blocks do not add up to the source")
+	}
+	if want := sha256.Sum256(data); !bytes.Equal(sum, want[:]) {
+		t.Error("served digest differs from the source's sha256")
+	}
+}
+
+// A source error ends the chain with that error on the last block, after
+// the bytes read before it; an io.ErrUnexpectedEOF of the source stays one
+// (it is not taken for a clean end).
+func TestFetchKeepsSourceError(t *testing.T) {
+	data := make([]byte, srcBlockSize+100)
+	blocks, _ := fetchAll(t, &trickle{data: data, max: 64 << 10, err: io.ErrUnexpectedEOF})
+	if len(blocks) != 2 {
+		t.Fatalf("%d blocks, want 2", len(blocks))
+	}
+	if last := blocks[1]; len(last.data) != 100 || !errors.Is(last.err, io.ErrUnexpectedEOF) {
+		t.Errorf("last block: %d bytes, err %v; want 100 bytes, io.ErrUnexpectedEOF", len(last.data), last.err)
+	}
+}

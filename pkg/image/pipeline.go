@@ -121,6 +121,39 @@ func (r *blockReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// WriteTo writes the rest of the blocks to w as they come, without copying
+// them first, giving each buffer back once w returned (a raw image goes
+// straight from the fetched blocks into the chunker). It returns nil at a
+// clean end of the source, else the source's error or w's.
+func (r *blockReader) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		if r.off < len(r.cur.data) {
+			m, err := w.Write(r.cur.data[r.off:])
+			r.off += m
+			n += int64(m)
+			if err != nil {
+				return n, err
+			}
+		}
+		if r.cur.err != nil {
+			if err := r.setErr(r.cur.err); err != io.EOF {
+				return n, err
+			}
+			return n, nil
+		}
+		if r.cur.buf != nil {
+			r.fc.free <- r.cur.buf
+			r.cur = srcBlock{}
+		}
+		b, ok := <-r.fc.toDec
+		if !ok {
+			return n, r.setErr(context.Canceled)
+		}
+		r.cur, r.off = b, 0
+	}
+}
+
 // srcErr returns the source's failure, or nil while it has none or it
 // ended cleanly.
 func (r *blockReader) srcErr() error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -83,5 +84,61 @@ func TestFetchKeepsSourceError(t *testing.T) {
 	}
 	if last := blocks[1]; len(last.data) != 100 || !errors.Is(last.err, io.ErrUnexpectedEOF) {
 		t.Errorf("last block: %d bytes, err %v; want 100 bytes, io.ErrUnexpectedEOF", len(last.data), last.err)
+	}
+}
+
+// The chunker copies only chunks with data: an all-zero chunk leaves the
+// pool alone and reads as zeros, a chunk whose first non-zero byte comes
+// late gets a buffer cleared before it (the pool's buffers hold old data),
+// and the chunks add up to the image at their offsets.
+func TestChunkerSkipsZeroChunks(t *testing.T) {
+	const size = 64 << 10
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	w := &writer{ctx: ctx, name: "test", free: make(chan []byte, 2), zeroChunk: make([]byte, size)}
+	for range 2 {
+		w.free <- bytes.Repeat([]byte{0xee}, size) // stale data of an earlier chunk
+	}
+	img := make([]byte, 5*size+100)
+	img[2*size+size/2] = 1 // chunk 2: zeros, then data
+	fillData(rand.New(rand.NewPCG(1, 2)), img[4*size:4*size+10])
+	out := make(chan *chunk, 8)
+	k := &chunker{w: w, out: out, size: size}
+	for p := img; len(p) > 0; { // the decoder's blocks do not line up with chunks
+		n := min(len(p), 5000)
+		if _, err := k.Write(p[:n]); err != nil {
+			t.Fatal(err)
+		}
+		p = p[n:]
+	}
+	if err := k.send(true); err != nil {
+		t.Fatal(err)
+	}
+	close(out)
+	got := make([]byte, 0, len(img))
+	var copied []int64
+	var last *chunk
+	for c := range out {
+		if c.off != int64(len(got)) {
+			t.Fatalf("chunk at %d, want %d", c.off, len(got))
+		}
+		if c.buf != nil {
+			copied = append(copied, c.off/size)
+		}
+		got = append(got, c.data...)
+		last = c
+		c.put()
+	}
+	if !bytes.Equal(got, img) {
+		t.Fatal("chunks differ from the image")
+	}
+	if want := []int64{2, 4}; !slices.Equal(copied, want) {
+		t.Errorf("chunks with a buffer: %v, want %v (only those holding data)", copied, want)
+	}
+	if !last.last || len(last.data) != 100 {
+		t.Errorf("final chunk: last %v, %d bytes; want last, 100 bytes", last.last, len(last.data))
+	}
+	if len(w.free) != 2 {
+		t.Errorf("%d buffers back in the pool, want 2", len(w.free))
 	}
 }

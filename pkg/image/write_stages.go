@@ -69,7 +69,11 @@ func (w *writer) decodeLoop(dec io.Reader, br *bufio.Reader, out chan<- *chunk) 
 	defer close(out)
 	defer safego.Recover("decode "+w.srcName, w.fail)
 	k := &chunker{w: w, out: out, size: w.o.ChunkSize}
-	_, rerr := io.CopyBuffer(k, dec, make([]byte, 256<<10))
+	var buf []byte // io.CopyBuffer reads through it only when dec has no WriteTo
+	if _, ok := dec.(io.WriterTo); !ok {
+		buf = make([]byte, 256<<10)
+	}
+	_, rerr := io.CopyBuffer(k, dec, buf)
 	total := k.off + int64(k.n)
 	switch {
 	case w.ctx.Err() != nil:

@@ -142,3 +142,31 @@ func TestChunkerSkipsZeroChunks(t *testing.T) {
 		t.Errorf("%d buffers back in the pool, want 2", len(w.free))
 	}
 }
+
+// blockReader.WriteTo hands every fetched byte to the writer in order and
+// ends like Read would: nil at a clean end, the source's error (kept for
+// srcErr) otherwise; every buffer goes back to the pool.
+func TestBlockReaderWriteTo(t *testing.T) {
+	data := make([]byte, 2*srcBlockSize+777)
+	fillData(rand.New(rand.NewPCG(3, 4)), data)
+	for _, end := range []error{io.EOF, io.ErrUnexpectedEOF} {
+		var wg sync.WaitGroup
+		fc := startFetch(context.Background(), &trickle{data: data, max: 100 << 10, err: end}, sha256.New(), &wg, func(err error) { t.Errorf("panic: %v", err) })
+		r := &blockReader{fc: fc}
+		var got bytes.Buffer
+		n, err := r.WriteTo(&got)
+		wg.Wait()
+		if n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+			t.Errorf("source ending with %v: wrote %d bytes (equal %v), want the %d bytes of the source", end, n, bytes.Equal(got.Bytes(), data), len(data))
+		}
+		if end == io.EOF && (err != nil || r.srcErr() != nil) {
+			t.Errorf("clean end: WriteTo = %v, srcErr = %v; want nil, nil", err, r.srcErr())
+		}
+		if end != io.EOF && (!errors.Is(err, end) || !errors.Is(r.srcErr(), end)) {
+			t.Errorf("source failing with %v: WriteTo = %v, srcErr = %v; want that error", end, err, r.srcErr())
+		}
+		if free := len(fc.free); free != srcBlocks-1 { // the last block stays current
+			t.Errorf("%d buffers back in the pool, want %d", free, srcBlocks-1)
+		}
+	}
+}

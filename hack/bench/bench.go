@@ -365,7 +365,7 @@ func (b *bench) runOnce(ctx context.Context, im benchImage, loop *loopDev, j job
 	}
 	prepSeconds := time.Since(prep).Seconds()
 	out, err := runPipeline(ctx, b.env, j.Argvs)
-	s := sample{Seconds: out.Wall.Seconds(), MaxRSSKiB: out.MaxRSSKiB, PrepSeconds: prepSeconds}
+	s := sample{Seconds: out.Wall.Seconds(), MaxRSSKiB: out.MaxRSSKiB, CPUSeconds: out.CPU.Seconds(), PrepSeconds: prepSeconds}
 	if err != nil {
 		s.Error = err.Error()
 		return s, err

@@ -84,6 +84,16 @@ func TestRunPipeline(t *testing.T) {
 	if out.MaxRSSKiB < 200<<10 {
 		t.Errorf("peak RSS of a process holding 200 MiB = %d KiB, want at least 200 MiB", out.MaxRSSKiB)
 	}
+	// CPU time is summed over the processes: two that each burn 0.3 s of
+	// CPU show at least 0.6 s, however long they waited for a core.
+	burn := []string{"python3", "-c", "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nsys.stdout.write(sys.stdin.read())"}
+	out, err = runPipeline(context.Background(), env, [][]string{{"printf", "x"}, burn, burn})
+	if err != nil {
+		t.Fatalf("runPipeline: %v", err)
+	}
+	if out.Stdout != "x" || out.CPU < 600*time.Millisecond {
+		t.Errorf("two processes burning 0.3 s each: stdout %q, CPU %s; want x and at least 0.6 s", out.Stdout, out.CPU)
+	}
 	_, err = runPipeline(context.Background(), env, [][]string{{"printf", "x"}, {"sh", "-c", "echo broken >&2; exit 3"}})
 	if err == nil || !strings.Contains(err.Error(), "broken") {
 		t.Errorf("runPipeline with a failing stage: %v, want an error with its stderr", err)
@@ -180,7 +190,7 @@ func TestQuick(t *testing.T) {
 		}
 		for _, want := range []string{"## sparse.img (64 MiB): writers", "## dense.img (16 MiB): writers", "| booty | zst |",
 			"| dd pipeline | gz |", "| bmaptool | zst |", "| Go zstd + sha256 | zst |", "| dd raw, data only | raw |",
-			"## Distance from the floor", "## Targets", "peak RSS of booty write-image", "direct I/O on"} {
+			"## Distance from the floor", "## Targets", "peak RSS of booty write-image", "direct I/O on", "| CPU s |"} {
 			if !bytes.Contains(md, []byte(want)) {
 				t.Errorf("report.md lacks %q", want)
 			}
@@ -200,6 +210,9 @@ func TestQuick(t *testing.T) {
 		for _, r := range rep.Results {
 			if len(r.Samples) != 1 || r.Median <= 0 || r.MaxRSSKiB <= 0 {
 				t.Errorf("%s %s %s: %d samples, median %.3f s, rss %d KiB; want one run with figures", r.Image, r.Name, r.Source, len(r.Samples), r.Median, r.MaxRSSKiB)
+			}
+			if r.Name == "booty" && r.MedianCPU <= 0 {
+				t.Errorf("%s booty %s: median CPU %.3f s, want the user+sys time of the run", r.Image, r.Source, r.MedianCPU)
 			}
 			for _, s := range r.Samples {
 				wantVerified := r.Kind == "write" || strings.HasPrefix(r.Name, "dd raw") || r.Name == "booty raw"

@@ -18,8 +18,9 @@ import (
 // outcome is one timed run of a command or pipeline.
 type outcome struct {
 	Wall      time.Duration
-	MaxRSSKiB int64  // max over the pipeline's processes (each includes its waited-for children)
-	Stdout    string // of the last command, at most 64 KiB
+	MaxRSSKiB int64         // max over the pipeline's processes (each includes its waited-for children)
+	CPU       time.Duration // user+sys summed over the pipeline's processes (and their waited-for children)
+	Stdout    string        // of the last command, at most 64 KiB
 }
 
 // cappedBuffer keeps the first max bytes written to it.
@@ -44,7 +45,8 @@ var timeBin = "/usr/bin/time"
 // runPipeline starts argvs as a shell pipeline (each one's stdout into the
 // next one's stdin; the last one's stdout is kept, capped), each under GNU
 // time in a process group of its own, waits for all of them and returns the
-// wall time from the first start to the last exit and the largest peak RSS.
+// wall time from the first start to the last exit, the largest peak RSS
+// and the CPU time (user+sys) of all of them.
 // It fails when any of them exits non-zero, naming it with the end of its
 // stderr. Cancelling ctx kills every process group.
 func runPipeline(ctx context.Context, env []string, argvs [][]string) (outcome, error) {
@@ -65,7 +67,7 @@ func runPipeline(ctx context.Context, env []string, argvs [][]string) (outcome, 
 	}()
 	for i, argv := range argvs {
 		rssFiles[i] = filepath.Join(tmp, fmt.Sprintf("rss%d", i))
-		wrapped := append([]string{timeBin, "-f", "%M", "-o", rssFiles[i]}, argv...)
+		wrapped := append([]string{timeBin, "-f", "%M %U %S", "-o", rssFiles[i]}, argv...)
 		c := exec.CommandContext(ctx, wrapped[0], wrapped[1:]...)
 		c.Env = env
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -111,7 +113,9 @@ func runPipeline(ctx context.Context, env []string, argvs [][]string) (outcome, 
 	res.Wall = time.Since(start)
 	res.Stdout = out.buf.String()
 	for _, f := range rssFiles[:started] {
-		res.MaxRSSKiB = max(res.MaxRSSKiB, readRSS(f))
+		rss, cpu := readTime(f)
+		res.MaxRSSKiB = max(res.MaxRSSKiB, rss)
+		res.CPU += cpu
 	}
 	if startErr != nil {
 		return res, startErr
@@ -126,19 +130,32 @@ func runPipeline(ctx context.Context, env []string, argvs [][]string) (outcome, 
 	return res, nil
 }
 
-// readRSS returns the peak RSS in KiB that GNU time wrote to path: the
-// last line (a line before it tells a non-zero exit), or 0.
-func readRSS(path string) int64 {
+// readTime returns the peak RSS in KiB and the user+sys CPU time that GNU
+// time wrote to path ("%M %U %S" on the last line; a line before it tells
+// a non-zero exit), or zeros.
+func readTime(path string) (int64, time.Duration) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	n, err := strconv.ParseInt(strings.TrimSpace(lines[len(lines)-1]), 10, 64)
-	if err != nil {
-		return 0
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) != 3 {
+		return 0, 0
 	}
-	return n
+	rss, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return 0, 0
+	}
+	var cpu float64
+	for _, x := range f[1:] {
+		v, err := strconv.ParseFloat(x, 64)
+		if err != nil {
+			return rss, 0
+		}
+		cpu += v
+	}
+	return rss, time.Duration(cpu * float64(time.Second))
 }
 
 // runQuiet runs one command for set-up work and returns its trimmed stdout,

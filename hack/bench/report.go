@@ -13,7 +13,10 @@ import (
 type sample struct {
 	Seconds   float64 `json:"seconds"`
 	MaxRSSKiB int64   `json:"max_rss_kib"`
-	Verified  bool    `json:"verified,omitempty"` // the target held the image afterwards
+	// CPUSeconds is user+sys of every process of the run (GNU time's %U
+	// and %S): unlike wall time it hardly moves when others load the machine.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	Verified   bool    `json:"verified,omitempty"` // the target held the image afterwards
 	// Untimed work around the run: discard, cache flush and warm-up before,
 	// reading back and hashing the target after.
 	PrepSeconds   float64 `json:"prep_seconds"`
@@ -34,15 +37,17 @@ type result struct {
 	Min       float64 `json:"min_seconds"`
 	Max       float64 `json:"max_seconds"`
 	MaxRSSKiB int64   `json:"max_rss_kib"` // over all runs
+	MedianCPU float64 `json:"median_cpu_seconds"`
 }
 
 // finish fills the summaries from the samples that succeeded.
 func finish(rs []result) []result {
 	for i := range rs {
-		var secs []float64
+		var secs, cpu []float64
 		for _, s := range rs[i].Samples {
 			if s.Error == "" {
 				secs = append(secs, s.Seconds)
+				cpu = append(cpu, s.CPUSeconds)
 				rs[i].MaxRSSKiB = max(rs[i].MaxRSSKiB, s.MaxRSSKiB)
 			}
 		}
@@ -52,6 +57,8 @@ func finish(rs []result) []result {
 		slices.Sort(secs)
 		rs[i].Min, rs[i].Max = secs[0], secs[len(secs)-1]
 		rs[i].Median = median(secs)
+		slices.Sort(cpu)
+		rs[i].MedianCPU = median(cpu)
 	}
 	return rs
 }
@@ -225,7 +232,7 @@ func (r *report) markdown() string {
 	}
 	p("and the served file is read back into the page cache (a server holds a hot image in RAM); the clock runs from the start of the first process to the exit of the last.\n")
 	p("- After every write the first image-size bytes of the target are hashed and compared with the image's sha256: a writer that wrote wrong data fails the bench.\n")
-	p("- %d run(s) of everything, in turns (round-robin, starting one further each round). Figures are medians; min–max shows the spread. Peak RSS is what GNU time reports (`%%M`, the process's `ru_maxrss`, including children it waited for: bmaptool's decompressor); for a pipeline, the largest of its processes.\n", r.Config.Runs)
+	p("- %d run(s) of everything, in turns (round-robin, starting one further each round). Figures are medians; min–max shows the spread. Peak RSS is what GNU time reports (`%%M`, the process's `ru_maxrss`, including children it waited for: bmaptool's decompressor); for a pipeline, the largest of its processes. CPU s is the median of user+sys (GNU time's `%%U` + `%%S`) summed over the processes: on a shared machine it moves much less than wall time, so compare it when the load average is high.\n", r.Config.Runs)
 	p("- booty verifies checksums: %s.\n\n", map[string]string{
 		"both":   "`--checksum` (sha256 of the served file) and `--image-checksum` (sha256 of all decompressed bytes)",
 		"source": "`--checksum` only (sha256 of the served file)",
@@ -234,7 +241,7 @@ func (r *report) markdown() string {
 
 	for _, im := range r.Images {
 		p("## %s.img (%.0f MiB): writers\n\n", im.Name, float64(im.Size)/mib)
-		p("| contender | source | median s | min–max s | MiB/s of image | booty ÷ this | peak RSS MiB |\n|---|---|--:|--:|--:|--:|--:|\n")
+		p("| contender | source | median s | min–max s | MiB/s of image | booty ÷ this | CPU s | peak RSS MiB |\n|---|---|--:|--:|--:|--:|--:|--:|\n")
 		for _, x := range r.Results {
 			if x.Image != im.Name || x.Kind != "write" {
 				continue
@@ -243,7 +250,7 @@ func (r *report) markdown() string {
 			if bt := r.find(im.Name, "booty", x.Source); bt != nil && x.Median > 0 {
 				ratio = fmt.Sprintf("%.2f", bt.Median/x.Median)
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s |\n", x.Name, x.Source, secs(x.Median), minMax(&x), rate(im.Size, x.Median), ratio, rss(x.MaxRSSKiB))
+			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", x.Name, x.Source, secs(x.Median), minMax(&x), rate(im.Size, x.Median), ratio, secs(x.MedianCPU), rss(x.MaxRSSKiB))
 		}
 		p("\n")
 		if !r.Config.Floors {
@@ -251,12 +258,12 @@ func (r *report) markdown() string {
 		}
 		p("## %s.img: floors\n\n", im.Name)
 		p("Each part alone: the decoders from the cached file to nowhere (the CLIs, and the Go decoders booty uses: klauspost/compress, default options, in a helper), the HTTP fetch, and the raw write of the image from the cached raw file.\n\n")
-		p("| floor | source | median s | min–max s | MiB/s of image | peak RSS MiB |\n|---|---|--:|--:|--:|--:|\n")
+		p("| floor | source | median s | min–max s | MiB/s of image | CPU s | peak RSS MiB |\n|---|---|--:|--:|--:|--:|--:|\n")
 		for _, x := range r.Results {
 			if x.Image != im.Name || x.Kind != "floor" {
 				continue
 			}
-			p("| %s | %s | %s | %s | %s | %s |\n", x.Name, x.Source, secs(x.Median), minMax(&x), rate(im.Size, x.Median), rss(x.MaxRSSKiB))
+			p("| %s | %s | %s | %s | %s | %s | %s |\n", x.Name, x.Source, secs(x.Median), minMax(&x), rate(im.Size, x.Median), secs(x.MedianCPU), rss(x.MaxRSSKiB))
 		}
 		p("\n")
 	}

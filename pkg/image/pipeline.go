@@ -13,7 +13,9 @@ import (
 // The served bytes travel in blocks of srcBlockSize through a chain of
 // goroutines: fetch (reads the source) ▸ hash (served digest) ▸ the
 // decompressor, which reads them through a blockReader. Each stage works on
-// a different block at the same time; srcBlocks bounds the memory.
+// a different block at the same time; srcBlocks bounds the memory. The
+// fetch fills each block before passing it on (only the last one is
+// short), so a block costs one hand-off per MiB, not one per socket read.
 const (
 	srcBlockSize = 1 << 20
 	srcBlocks    = 6
@@ -57,13 +59,10 @@ func startFetch(ctx context.Context, src io.Reader, h hash.Hash, wg interface{ G
 			case <-ctx.Done():
 				return
 			}
-			n, err := io.ReadAtLeast(src, buf, 1)
-			if err == io.ErrUnexpectedEOF {
-				err = nil
-			}
-			if n == 0 && err == nil {
-				err = io.ErrNoProgress
-			}
+			// A block is filled before it moves on: a socket read returns
+			// what the kernel holds (often 64 KiB on loopback), and a
+			// hand-off per read cost each stage a wake-up per read.
+			n, err := readFull(src, buf)
 			b := srcBlock{buf: buf, data: buf[:n], err: err}
 			select {
 			case fc.toHash <- b:
@@ -120,6 +119,39 @@ func (r *blockReader) Read(p []byte) (int, error) {
 	n := copy(p, r.cur.data[r.off:])
 	r.off += n
 	return n, nil
+}
+
+// WriteTo writes the rest of the blocks to w as they come, without copying
+// them first, giving each buffer back once w returned (a raw image goes
+// straight from the fetched blocks into the chunker). It returns nil at a
+// clean end of the source, else the source's error or w's.
+func (r *blockReader) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		if r.off < len(r.cur.data) {
+			m, err := w.Write(r.cur.data[r.off:])
+			r.off += m
+			n += int64(m)
+			if err != nil {
+				return n, err
+			}
+		}
+		if r.cur.err != nil {
+			if err := r.setErr(r.cur.err); err != io.EOF {
+				return n, err
+			}
+			return n, nil
+		}
+		if r.cur.buf != nil {
+			r.fc.free <- r.cur.buf
+			r.cur = srcBlock{}
+		}
+		b, ok := <-r.fc.toDec
+		if !ok {
+			return n, r.setErr(context.Canceled)
+		}
+		r.cur, r.off = b, 0
+	}
 }
 
 // srcErr returns the source's failure, or nil while it has none or it

@@ -136,7 +136,8 @@ func classifyFetch(ctx context.Context, err error) error {
 }
 
 // chunk is one piece of the decompressed image on its way to the target.
-// Its buffer goes back to the pool when the last holder calls put.
+// Its buffer goes back to the pool when the last holder calls put; an
+// all-zero chunk has no buffer (buf nil) and reads from writer.zeroChunk.
 type chunk struct {
 	off  int64
 	data []byte
@@ -147,7 +148,7 @@ type chunk struct {
 }
 
 func (c *chunk) put() {
-	if c.refs.Add(-1) == 0 {
+	if c.refs.Add(-1) == 0 && c.buf != nil {
 		c.free <- c.buf
 	}
 }
@@ -195,14 +196,15 @@ type writer struct {
 	decErr      error
 	decTotal    int64
 
-	free     chan []byte
-	bufs     []func() // releases of the allocated chunk buffers
-	jobs     chan job
-	written  atomic.Int64
-	stages   sync.WaitGroup
-	writers  sync.WaitGroup
-	closeDec func()       // releases the decoder once the stages have ended
-	zeroSkip atomic.Int64 // bytes of zero runs not written as data
+	free      chan []byte
+	zeroChunk []byte   // ChunkSize bytes of zeros, never written: the data of all-zero chunks
+	bufs      []func() // releases of the allocated chunk buffers
+	jobs      chan job
+	written   atomic.Int64
+	stages    sync.WaitGroup
+	writers   sync.WaitGroup
+	closeDec  func()       // releases the decoder once the stages have ended
+	zeroSkip  atomic.Int64 // bytes of zero runs not written as data
 }
 
 // fail records the first failure and stops the pipeline.

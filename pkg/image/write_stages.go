@@ -26,6 +26,9 @@ func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
 		w.bufs = append(w.bufs, release)
 		w.free <- b
 	}
+	zc, release := allocAligned(w.o.ChunkSize)
+	w.bufs = append(w.bufs, release)
+	w.zeroChunk = zc
 	decOut := make(chan *chunk, 2)
 	hashOut := make(chan *chunk, 2)
 	w.stages.Go(func() { w.decodeLoop(dec, br, decOut) })
@@ -57,49 +60,112 @@ func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
 	return w.finish()
 }
 
-// decodeLoop fills chunks from dec and sends them on, then records how
-// the stream ended in w.decErr (nil: dec and the source ended cleanly).
+// decodeLoop runs the decoder into a chunker, then records how the stream
+// ended in w.decErr (nil: dec and the source ended cleanly). Decoders that
+// hand out their own buffers (zstd, gzip, and a raw image through the
+// blockReader) write into the chunker without an extra copy; others are
+// read through a small buffer.
 func (w *writer) decodeLoop(dec io.Reader, br *bufio.Reader, out chan<- *chunk) {
 	defer close(out)
 	defer safego.Recover("decode "+w.srcName, w.fail)
-	var total int64
-	for {
-		var buf []byte
-		select {
-		case buf = <-w.free:
-		case <-w.ctx.Done():
-			w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
-			return
-		}
-		n, rerr := readFull(dec, buf)
-		if n > 0 {
-			c := &chunk{off: total, data: buf[:n], buf: buf, free: w.free, last: rerr == io.EOF}
-			c.refs.Store(1)
-			total += int64(n)
-			select {
-			case out <- c:
-			case <-w.ctx.Done():
-				w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
-				return
-			}
-		} else {
-			w.free <- buf
-		}
-		switch {
-		case rerr == nil:
-			continue
-		case rerr == io.EOF:
+	k := &chunker{w: w, out: out, size: w.o.ChunkSize}
+	var buf []byte // io.CopyBuffer reads through it only when dec has no WriteTo
+	if _, ok := dec.(io.WriterTo); !ok {
+		buf = make([]byte, 256<<10)
+	}
+	_, rerr := io.CopyBuffer(k, dec, buf)
+	total := k.off + int64(k.n)
+	switch {
+	case w.ctx.Err() != nil:
+		w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
+		return
+	case rerr == nil:
+		w.decErr = k.send(true)
+		if w.decErr == nil {
 			w.decErr = w.drain(br, total)
-		case w.ctx.Err() != nil:
-			w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
-		case w.blocks.srcErr() != nil:
-			w.decErr = classifyFetch(w.ctx, w.blocks.srcErr())
-		case errors.Is(rerr, ErrUnsupportedFormat) || errors.Is(rerr, ErrCorruptSource):
-			w.decErr = fmt.Errorf("decode %s image %s at image offset %d: %w", w.format, w.srcName, total, rerr)
-		default:
-			w.decErr = fmt.Errorf("decompress %s stream of %s at image offset %d: %w: %w", w.format, w.srcName, total, ErrCorruptSource, rerr)
 		}
 		return
+	}
+	if err := k.send(false); err != nil {
+		w.decErr = err
+		return
+	}
+	switch {
+	case w.blocks.srcErr() != nil:
+		w.decErr = classifyFetch(w.ctx, w.blocks.srcErr())
+	case errors.Is(rerr, ErrUnsupportedFormat) || errors.Is(rerr, ErrCorruptSource):
+		w.decErr = fmt.Errorf("decode %s image %s at image offset %d: %w", w.format, w.srcName, total, rerr)
+	default:
+		w.decErr = fmt.Errorf("decompress %s stream of %s at image offset %d: %w: %w", w.format, w.srcName, total, ErrCorruptSource, rerr)
+	}
+}
+
+// chunker cuts the decoded image into chunks of size bytes at offsets that
+// are multiples of size and sends each one when it is full. A chunk takes
+// a buffer from the pool only at its first non-zero byte: until then its
+// bytes are only checked, not copied, and a chunk that stays all zeros is
+// sent without a buffer, its data pointing at w.zeroChunk (never written,
+// so it costs no memory). On a sparse image most of the zeros are thus
+// scanned once at memory speed and never copied.
+type chunker struct {
+	w    *writer
+	out  chan<- *chunk
+	size int
+	off  int64  // image offset of the chunk being filled
+	n    int    // its bytes so far
+	buf  []byte // its buffer, nil while it is all zeros
+}
+
+// Write adds p to the image; it fails only when the write was cancelled.
+func (k *chunker) Write(p []byte) (int, error) {
+	total := len(p)
+	for len(p) > 0 {
+		m := min(k.size-k.n, len(p))
+		if k.buf == nil && isZero(p[:m]) {
+			k.n += m
+		} else {
+			if k.buf == nil {
+				select {
+				case k.buf = <-k.w.free:
+				case <-k.w.ctx.Done():
+					return total - len(p), context.Cause(k.w.ctx)
+				}
+				clear(k.buf[:k.n])
+			}
+			copy(k.buf[k.n:], p[:m])
+			k.n += m
+		}
+		p = p[m:]
+		if k.n == k.size {
+			if err := k.send(false); err != nil {
+				return total - len(p), err
+			}
+		}
+	}
+	return total, nil
+}
+
+// send sends the chunk being filled, if it has bytes, marked as the end of
+// the image or not, and starts the next one.
+func (k *chunker) send(last bool) error {
+	if k.n == 0 {
+		return nil
+	}
+	c := &chunk{off: k.off, buf: k.buf, free: k.w.free, last: last}
+	if k.buf != nil {
+		c.data = k.buf[:k.n]
+	} else {
+		c.data = k.w.zeroChunk[:k.n]
+	}
+	c.refs.Store(1)
+	k.off += int64(k.n)
+	k.n, k.buf = 0, nil
+	select {
+	case k.out <- c:
+		return nil
+	case <-k.w.ctx.Done():
+		c.put()
+		return fmt.Errorf("write %s: %w", k.w.name, context.Cause(k.w.ctx))
 	}
 }
 

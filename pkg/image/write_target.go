@@ -81,6 +81,9 @@ func (w *writer) segments(off int64, data []byte, c *chunk, sink func(job) error
 	if w.o.denseWrites && n > 0 {
 		return sink(job{off: off, data: data, n: int64(n), c: c})
 	}
+	if c != nil && c.buf == nil && n > 0 {
+		return w.addZero(off, int64(n), sink) // the chunker found it all zeros
+	}
 	dataStart := -1
 	emitData := func(from, to int) error {
 		if err := w.flushZeroTo(sink); err != nil {

@@ -68,7 +68,12 @@ func startBootyd(t *testing.T) *bootyd {
 		h.ServeHTTP(w, r)
 	})
 	ts.Start()
-	t.Cleanup(ts.Close)
+	t.Cleanup(func() {
+		ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Close(ctx) // the parked polls and heartbeats, before the database closes
+	})
 	return b
 }
 

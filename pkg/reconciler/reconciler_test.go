@@ -216,7 +216,12 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
+	t.Cleanup(func() {
+		ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Close(ctx) // the parked polls and heartbeats, before the database closes
+	})
 	e := &env{t: t, ctx: ctx, db: db, ts: ts}
 	e.mach = &simMachine{mem: &bmcsim.MemMachine{}, url: ts.URL, mac: bootMAC, sim: func() *bmcsim.Redfish { return e.sim }, logs: t.Output()}
 	t.Cleanup(e.mach.close)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/bmdb"
@@ -89,7 +90,12 @@ func newEnv(t *testing.T, mutate func(*Options)) *testEnv {
 	}
 	e.srv = srv
 	e.ts = httptest.NewServer(srv.Handler())
-	t.Cleanup(e.ts.Close)
+	t.Cleanup(func() {
+		e.ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Close(ctx) // the parked polls and heartbeats, before the database closes
+	})
 	return e
 }
 

@@ -88,7 +88,7 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, a agentAuth, wait 
 	p.running = run
 	p.mu.Unlock()
 	if run {
-		go p.finish()
+		s.parked.goFinish(p)
 	}
 	return true
 }
@@ -104,7 +104,7 @@ func (p *parkedPoll) wake() {
 	}
 	p.running = true
 	p.mu.Unlock()
-	go p.finish()
+	p.s.parked.goFinish(p)
 }
 
 // finish reads the machine's pending command; with none and time left it
@@ -218,6 +218,18 @@ type parkedPolls struct {
 	polls  map[*parkedPoll]struct{}
 	back   func(net.Conn) bool
 	closed bool
+	// running counts the finish goroutines, which close waits for: they
+	// read the database and log, so they must end before it closes.
+	running sync.WaitGroup
+}
+
+// goFinish runs p.finish in a goroutine that close waits for.
+func (pp *parkedPolls) goFinish(p *parkedPoll) {
+	pp.running.Add(1)
+	go func() {
+		defer pp.running.Done()
+		p.finish()
+	}()
 }
 
 func (pp *parkedPolls) add(p *parkedPoll) bool {
@@ -270,7 +282,8 @@ func (pp *parkedPolls) serving(back func(net.Conn) bool) {
 
 // close ends every parked poll at shutdown: each is woken and, its wait
 // cut short, answered 204 with "Connection: close" (the agent polls again,
-// elsewhere or after the restart). It waits at most until ctx ends.
+// elsewhere or after the restart). It waits for every answer (the
+// goroutines that read the database and write it) at most until ctx ends.
 func (pp *parkedPolls) close(ctx context.Context) {
 	pp.mu.Lock()
 	pp.closed = true
@@ -287,6 +300,12 @@ func (pp *parkedPolls) close(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+	done := make(chan struct{})
+	go func() { pp.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 

@@ -229,3 +229,45 @@ func TestHandedBackConnectionKeptAlive(t *testing.T) {
 		t.Fatalf("heartbeat a second after the parked poll: %d %s, connection reused %v (want kept alive)", code, body, reused)
 	}
 }
+
+// TestCloseAnswersParkedPolls: Close answers a poll parked by a server whose
+// Handler is mounted elsewhere (204, Connection: close) and returns only
+// once that answer is written, so nothing of the server reads the database
+// or logs after it (a parked poll's timer once fired after a test ended
+// and logged into its finished test).
+func TestCloseAnswersParkedPolls(t *testing.T) {
+	e := newEnv(t, nil)
+	c := &http.Client{Timeout: time.Minute}
+	en := enrollRaw(t, c, e.ts.URL, "52:54:00:00:44:01")
+	got := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", e.ts.URL+"/v1/machines/"+en.MAC+"/command?wait=25", nil)
+		req.Header.Set("Authorization", "Bearer "+en.Token)
+		resp, err := c.Do(req)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		got <- fmt.Sprintf("%d close=%v", resp.StatusCode, resp.Close)
+	}()
+	eventually(t, "the poll parked", func() bool { return e.srv.parked.len() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	e.srv.Close(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Close waited out its bound (%s)", time.Since(start))
+	}
+	select {
+	case s := <-got:
+		if s != "204 close=true" {
+			t.Fatalf("the parked poll was answered %q, want 204 with Connection: close", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close returned but the parked poll has no answer")
+	}
+	if n := e.srv.parked.len(); n != 0 {
+		t.Fatalf("%d polls still parked after Close", n)
+	}
+}

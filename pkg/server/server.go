@@ -322,10 +322,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.parked.close(sctx)
 	err := srv.Shutdown(sctx)
 	<-errc
-	s.flushHeartbeats(sctx)
+	s.Close(sctx)
 	if err != nil {
 		srv.Close()
 		return fmt.Errorf("shut down server on %s: %w", ln.Addr(), err)
 	}
 	return nil
+}
+
+// Close ends what the server runs beside its requests: it answers every
+// parked command poll (204, "Connection: close") and waits for those
+// answers, then writes the buffered heartbeats; it waits at most until ctx
+// ends. Serve calls it at shutdown; a caller that mounts Handler in a
+// server of its own calls it after that server stopped and before it closes
+// the database. The server answers no poll by parking after Close.
+func (s *Server) Close(ctx context.Context) {
+	s.parked.close(ctx)
+	s.flushHeartbeats(ctx)
 }

@@ -104,6 +104,7 @@ func startBootyd(t *testing.T, public, useTLS bool) *bootyd {
 		t.Fatal(err)
 	}
 	h.Store(srv.Handler())
+	t.Cleanup(func() { srv.Close(context.Background()) }) // before the database closes
 	return b
 }
 

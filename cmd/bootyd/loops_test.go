@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"net"
 	"os"
 	"os/exec"
@@ -13,11 +15,13 @@ import (
 	"time"
 
 	xssh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/booty-dev/booty/pkg/bmc"
 	"github.com/booty-dev/booty/pkg/bmc/bmcsim"
 	"github.com/booty-dev/booty/pkg/bmdb"
 	"github.com/booty-dev/booty/pkg/manager"
+	"github.com/booty-dev/booty/pkg/manager/sshdtest"
 )
 
 const bmcPassword = "inv-s3cret-pw"
@@ -95,17 +99,7 @@ func TestInventory(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db, err := bmdb.Open(ctx, filepath.Join(state, "bmdb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	n1, err := db.MachineByName(ctx, "node-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, db, n1 := stateMachine(t, state, "node-1")
 	if n1.Labels[manager.LabelProvider] != "inventory" || n1.BMC.Address != sim.Address() || n1.BMC.CredentialsRef != "bmc-node-1" ||
 		!n1.Online || n1.BootMAC != "52:54:00:aa:00:01" {
 		t.Errorf("node-1: labels %v, BMC %+v, online %v, boot MAC %s", n1.Labels, n1.BMC, n1.Online, n1.BootMAC)
@@ -124,6 +118,25 @@ func TestInventory(t *testing.T) {
 	if err != nil || c.Username != "admin" || c.Password != bmcPassword {
 		t.Errorf("credentials bmc-node-1: %v, %v; want admin and the password file's line", c, err)
 	}
+}
+
+// stateMachine opens the SQLite BMDB in a stopped bootyd's state dir
+// (closed at cleanup) and returns the machine named name, with a context
+// bounded to a minute.
+func stateMachine(t *testing.T, state, name string) (context.Context, *bmdb.DB, bmdb.Machine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	db, err := bmdb.Open(ctx, filepath.Join(state, "bmdb.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	m, err := db.MachineByName(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, db, m
 }
 
 // runBootyd runs bootyd with args to its end (bounded) and returns its exit
@@ -274,4 +287,86 @@ func TestInitializer(t *testing.T) {
 	if again := authorized(d.stderr.String()); again != first {
 		t.Errorf("after a restart the key is %q, was %q", again, first)
 	}
+}
+
+// TestInitializerTakesOverThroughSSHD: bootyd's Initializer, with the key
+// at --ssh-key-path and the host key in --initializer-known-hosts, logs in
+// to a real sshd (network namespace) at the inventory's sshAddress, uploads
+// --initializer-executable (a fake booty that records its arguments and
+// prints the takeover's OK line) and the CA, runs it with the endpoint
+// (--public-url) and records AgentTakeover. A known_hosts with another key
+// for the address makes the login fail and nothing run.
+func TestInitializerTakesOverThroughSSHD(t *testing.T) {
+	dir := t.TempDir()
+	keyPath := filepath.Join(dir, "id_ed25519")
+	ak, err := (&manager.SSHKey{KeyPersistPath: keyPath}).AuthorizedKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshdDir := t.TempDir()
+	addr, hostKey := sshdtest.Start(t, sshdDir, ak)
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	otherSigner, err := xssh.NewSignerFromKey(otherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPath, _, _ := selfSigned(t)
+	exe := filepath.Join(dir, "fake-booty")
+	fake := "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/takeover-args\"\necho \"booty takeover: ok (fake)\"\n"
+	if err := os.WriteFile(exe, []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inv := writeInventory(t, "machines:\n- name: node-3\n  bootMAC: 52:54:00:aa:00:03\n  sshAddress: "+addr+"\n")
+
+	takeover := func(t *testing.T, hostKey xssh.PublicKey) (target string, d *daemon, state string) {
+		kh := filepath.Join(t.TempDir(), "known_hosts")
+		if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{addr}, hostKey)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		target = filepath.Join(t.TempDir(), "booty")
+		state = t.TempDir()
+		d = startBootyd(t, "--insecure-http", "--listen", "127.0.0.1:0", "--state-dir", state, "--reconcile=false", "--recover=false",
+			"--public-url", "https://bootyd.example:8443", "--inventory", inv, "--provisioner-creation-rate", "10ms,1",
+			"--initializer-executable", exe, "--initializer-ca-cert", caPath, "--initializer-target-path", target,
+			"--initializer-known-hosts", kh, "--ssh-key-path", keyPath, "--initializer-db-query-rate", "100ms,1")
+		return target, d, state
+	}
+
+	t.Run("known host", func(t *testing.T) {
+		target, d, state := takeover(t, hostKey)
+		argsFile := filepath.Join(filepath.Dir(target), "takeover-args")
+		waitUntil(t, 2*time.Minute, "booty run on node-3 through sshd", func() bool {
+			_, err := os.Stat(argsFile)
+			return err == nil
+		})
+		waitUntil(t, time.Minute, "the AgentTakeover log line", func() bool {
+			return strings.Contains(d.stderr.String(), `msg="machine taken over" component=initializer machine=node-3`)
+		})
+		d.stop(t)
+		args, err := os.ReadFile(argsFile)
+		if want := "takeover --server https://bootyd.example:8443 --ca-cert " + target + ".ca.pem\n"; err != nil || string(args) != want {
+			t.Errorf("the fake booty ran with %q (%v), want %q", args, err, want)
+		}
+		if ca, _ := os.ReadFile(target + ".ca.pem"); !bytes.HasPrefix(ca, []byte("-----BEGIN CERTIFICATE-----")) {
+			t.Errorf("uploaded CA: %.40q", ca)
+		}
+		ctx, db, m := stateMachine(t, state, "node-3")
+		evs, err := db.Events(ctx, m.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(evs, func(e bmdb.Event) bool { return e.Reason == manager.ReasonAgentTakeover }) {
+			t.Errorf("node-3 has no %s event: %+v", manager.ReasonAgentTakeover, evs)
+		}
+	})
+	t.Run("unknown host key", func(t *testing.T) {
+		target, d, _ := takeover(t, otherSigner.PublicKey())
+		waitUntil(t, 2*time.Minute, "the Initializer's failed login", func() bool {
+			return strings.Contains(d.stderr.String(), "key mismatch")
+		})
+		d.stop(t)
+		if _, err := os.Stat(target); !os.IsNotExist(err) {
+			t.Errorf("booty was uploaded to a host with an unknown key: %v", err)
+		}
+	})
 }

@@ -42,7 +42,8 @@ credentials it names stored under credentialsName. A password is read from
 passwordFile (its first line; relative to the inventory), never written in
 the inventory. It refuses to act while the file and the database disagree
 about a machine (one it brought in that the file lost and that has not
-failed). A bad inventory stops bootyd at start.
+failed). A bad inventory stops bootyd at start, and so does a
+--provisioner-* flag without --inventory.
 
   machines:
   - name: node-1
@@ -61,7 +62,8 @@ ed25519 key at --ssh-key-path, generated when missing, its public key
 logged at start for authorized_keys; host keys checked against
 --initializer-known-hosts), uploads booty and runs 'booty takeover', which
 kexecs into the agent; the agent enrolls with --initializer-endpoint
-(default --public-url).
+(default --public-url). Its flags without --initializer-executable are
+refused.
 
   bootyd --state-dir /var/lib/bootyd --public-url https://10.0.0.1:8443 … \
       --inventory /etc/booty/inventory.yaml \
@@ -91,6 +93,9 @@ type loopsConfig struct {
 	insecureHostKey bool
 	// hostKeys is built by check from knownHosts or insecureHostKey.
 	hostKeys xssh.HostKeyCallback
+
+	// fs is the flag set, for check to find flags of a loop that is off.
+	fs *pflag.FlagSet
 }
 
 // inventorySource names the Provisioner's source: the value of the
@@ -99,6 +104,7 @@ const inventorySource = "inventory"
 
 // addLoopFlags declares --reconcile, --recover and their loops' flags.
 func addLoopFlags(fs *pflag.FlagSet, c *loopsConfig) {
+	c.fs = fs
 	fs.BoolVar(&c.reconcile, "reconcile", true, "run the host reconciler: drive machines with a BMC through inspection, provisioning and power as their spec and online say")
 	c.rec.AddFlags(fs, "reconcile")
 	fs.BoolVar(&c.recover, "recover", true, "run the Recoverer: power-cycle, through their BMC, machines whose agent went silent")
@@ -134,6 +140,9 @@ func (c *loopsConfig) check(publicURL, stateDir string) error {
 			return fmt.Errorf("--recoverer-*: %w", err)
 		}
 	}
+	if err := c.offLoopFlags(); err != nil {
+		return err
+	}
 	if c.inventoryPath != "" {
 		pc := c.prov
 		if err := pc.Check(); err != nil {
@@ -149,6 +158,23 @@ func (c *loopsConfig) check(publicURL, stateDir string) error {
 		return c.checkInitializer(publicURL, stateDir)
 	}
 	return nil
+}
+
+// offLoopFlags refuses a --provisioner-* flag without --inventory and an
+// Initializer flag without --initializer-executable: the operator meant a
+// loop that would not run.
+func (c *loopsConfig) offLoopFlags() error {
+	var err error
+	c.fs.Visit(func(f *pflag.Flag) {
+		switch {
+		case err != nil:
+		case strings.HasPrefix(f.Name, "provisioner-") && c.inventoryPath == "":
+			err = fmt.Errorf("--%s is given without --inventory: the Provisioner is off", f.Name)
+		case (strings.HasPrefix(f.Name, "initializer-") || f.Name == "ssh-key-path") && len(c.init.Executable) == 0:
+			err = fmt.Errorf("--%s is given without --initializer-executable: the Initializer is off", f.Name)
+		}
+	})
+	return err
 }
 
 // checkInitializer validates the Initializer's flags and builds its host

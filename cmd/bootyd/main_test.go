@@ -238,7 +238,11 @@ func TestHelp(t *testing.T) {
 		"--tls-cert", "--tls-key", "--insecure-http", "--log-level", "--log-format", "--shutdown-timeout",
 		"--max-file-conns", "--file-write-timeout", "--file-min-rate", "--idle-timeout", "--bmc-ca-cert", "--bmc-power-timeout", "--debug-pprof-listen",
 		"host reconciler", "--reconcile[=true|false]", "--reconcile-parallelism", "--reconcile-db-query-rate", "--reconcile-resync",
-		"--reconcile-error-backoff", "--reconcile-error-backoff-max", "--recover[=true|false]", "--recoverer-heartbeat-timeout"} {
+		"--reconcile-error-backoff", "--reconcile-error-backoff-max", "--recover[=true|false]", "--recoverer-heartbeat-timeout",
+		"The Provisioner", "--inventory", "passwordFile:", "--provisioner-max-count", "--provisioner-creation-rate", "--provisioner-chunk-size",
+		"The Initializer", "--initializer-executable", "--initializer-endpoint", "--initializer-ca-cert", "--initializer-target-path",
+		"--initializer-ssh-connect-timeout", "--initializer-ssh-exec-timeout", "--initializer-known-hosts", "--initializer-insecure-ignore-host-key",
+		"--initializer-ssh-user", "--ssh-key-path", "<state-dir>/initializer_ed25519"} {
 		if !strings.Contains(help, w) {
 			t.Errorf("--help lacks %q", w)
 		}

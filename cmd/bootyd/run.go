@@ -166,7 +166,7 @@ func checkConfig(c *config) error {
 	if c.maxDiscovered < 1 {
 		return fmt.Errorf("--max-discovered %d: want at least 1", c.maxDiscovered)
 	}
-	if err := c.loops.check(); err != nil {
+	if err := c.loops.check(c.opts.PublicURL, c.opts.StateDir); err != nil {
 		return err
 	}
 	if c.listen == "" {

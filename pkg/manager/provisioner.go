@@ -124,7 +124,8 @@ var ErrDisagree = errors.New("source and BMDB disagree")
 //  3. Create up to min(MaxCount − managed, ChunkSize) machines the BMDB
 //     lacks, in name order, each after DeviceCreationLimiter: Create in the
 //     source, then CreateMachine in the BMDB (state registering, label
-//     LabelProvider, BMC address and credentials name). A machine another
+//     LabelProvider, BMC address and credentials name, online, and the
+//     source's credentials, stored under that name). A machine another
 //     replica created meanwhile (a taken name) is skipped.
 func (p *Provisioner) Reconcile(ctx context.Context, db *bmdb.DB) (int, error) {
 	srcMachines, err := p.src.List(ctx)
@@ -192,7 +193,8 @@ func (p *Provisioner) Reconcile(ctx context.Context, db *bmdb.DB) (int, error) {
 		sm = got
 		_, err = db.CreateMachine(ctx, bmdb.NewMachine{
 			Name: sm.Name, BootMAC: sm.BootMAC, Labels: map[string]string{LabelProvider: p.src.Name()},
-			BMC:     bmdb.BMC{Address: sm.BMCAddress, CredentialsRef: sm.CredentialsName, DisableCertificateVerification: sm.DisableCertificateVerification},
+			BMC:         bmdb.BMC{Address: sm.BMCAddress, CredentialsRef: sm.CredentialsName, DisableCertificateVerification: sm.DisableCertificateVerification},
+			Credentials: sm.Credentials, Online: sm.Online,
 			Message: "brought in from source " + p.src.Name(),
 		})
 		if errors.Is(err, bmdb.ErrConflict) {

@@ -98,12 +98,17 @@ func TestProvisionerRun(t *testing.T) {
   bootMAC: 52:54:00:00:0a:01
   bmcAddress: ipmi://10.0.0.1:623
   credentialsName: bmc-a
+  username: admin
+  passwordFile: pass/bmc-a
+  online: true
 - name: node-b
   bootMAC: "52:54:00:00:0a:02"
   bmcAddress: redfish://10.0.0.2/redfish/v1/Systems/1
   credentialsName: bmc-b
   sshAddress: 10.0.1.2:22
 `), 0o644)
+	os.Mkdir(filepath.Join(filepath.Dir(path), "pass"), 0o700)
+	os.WriteFile(filepath.Join(filepath.Dir(path), "pass", "bmc-a"), []byte("s3cret pass\nignored\n"), 0o600)
 	inv, err := manager.LoadInventory("lab", path)
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +133,20 @@ func TestProvisionerRun(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	b, _ := db.MachineByName(ctx, "node-b")
-	if b.BMC.Address != "redfish://10.0.0.2/redfish/v1/Systems/1" || b.Labels[manager.LabelProvider] != "lab" {
+	if b.BMC.Address != "redfish://10.0.0.2/redfish/v1/Systems/1" || b.Labels[manager.LabelProvider] != "lab" || b.Online {
 		t.Fatalf("node-b: %+v", b)
+	}
+	// node-a's credentials were stored with it; node-b names credentials
+	// the inventory does not give, left to the operator.
+	a, _ := db.MachineByName(ctx, "node-a")
+	if !a.Online || a.BMC.CredentialsRef != "bmc-a" {
+		t.Fatalf("node-a: online %v, credentials %q; want online, bmc-a", a.Online, a.BMC.CredentialsRef)
+	}
+	if c, err := db.GetCredentials(ctx, "bmc-a"); err != nil || c.Username != "admin" || c.Password != "s3cret pass" {
+		t.Fatalf("credentials bmc-a: %v, %v; want admin with the file's first line", c, err)
+	}
+	if _, err := db.GetCredentials(ctx, "bmc-b"); !errors.Is(err, bmdb.ErrNotFound) {
+		t.Fatalf("credentials bmc-b: %v, want not found", err)
 	}
 }
 
@@ -145,13 +162,28 @@ func TestLoadInventory(t *testing.T) {
 		"unknown field":    {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","bmc":"x"}]}`, "unknown field"},
 		"duplicate name":   {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01"},{"name":"a","bootMAC":"52:54:00:00:00:02"}]}`, "name a is also"},
 		"not an inventory": {`[1,2]`, "inventory"},
+		"inline password":  {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","credentialsName":"c","username":"u","password":"p"}]}`, "machine a: password: a password is not written in the inventory"},
+		"no passwordFile":  {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","credentialsName":"c","username":"u"}]}`, "machine a: username and passwordFile go together"},
+		"no username":      {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","credentialsName":"c","passwordFile":"good.pass"}]}`, "machine a: username and passwordFile go together"},
+		"username no name": {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","username":"u","passwordFile":"good.pass"}]}`, "machine a: username without credentialsName"},
+		"missing password": {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","credentialsName":"c","username":"u","passwordFile":"nope.pass"}]}`, "machine a: passwordFile: open"},
+		"empty password":   {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","credentialsName":"c","username":"u","passwordFile":"empty.pass"}]}`, "empty.pass: its first line is empty"},
+		"online not bool":  {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","online":"yes"}]}`, "online"},
+		"credentials clash": {`{"machines":[{"name":"a","bootMAC":"52:54:00:00:00:01","credentialsName":"c","username":"u","passwordFile":"good.pass"},` +
+			`{"name":"b","bootMAC":"52:54:00:00:00:02","credentialsName":"c","username":"root","passwordFile":"good.pass"}]}`, "machine 2 (b): credentialsName c: other username or password than machine a's"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "inv.json")
+			dir := t.TempDir()
+			path := filepath.Join(dir, "inv.json")
 			os.WriteFile(path, []byte(tc.body), 0o644)
+			os.WriteFile(filepath.Join(dir, "good.pass"), []byte("hunter22\n"), 0o600)
+			os.WriteFile(filepath.Join(dir, "empty.pass"), []byte("\nhunter22\n"), 0o600)
 			_, err := manager.LoadInventory("lab", path)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "hunter22") {
+				t.Fatalf("the error shows the password: %v", err)
 			}
 		})
 	}

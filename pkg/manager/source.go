@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,13 @@ type SourceMachine struct {
 	// SSHAddress (host:port) reaches the Linux the machine runs, for the
 	// Initializer's takeover; optional.
 	SSHAddress string `json:"sshAddress,omitempty"`
+	// Online is the power state the BMDB machine is created with: the host
+	// reconciler powers it on or off as it says.
+	Online bool `json:"online,omitempty"`
+	// Credentials, when set, are stored under CredentialsName in the
+	// transaction that creates the BMDB machine (an inventory reads them
+	// from username and passwordFile). They print without the password.
+	Credentials *bmdb.Credentials `json:"-"`
 
 	Availability Availability `json:"-"`
 }
@@ -64,6 +72,9 @@ func (m SourceMachine) Check() error {
 	}
 	if m.BMCAddress != "" && m.CredentialsName == "" {
 		return fmt.Errorf("machine %s: bmcAddress without credentialsName", m.Name)
+	}
+	if m.Credentials != nil && (m.CredentialsName == "" || m.Credentials.Username == "") {
+		return fmt.Errorf("machine %s: credentials need credentialsName and a username", m.Name)
 	}
 	return nil
 }
@@ -173,6 +184,9 @@ func (s *MemSource) Set(m SourceMachine) {
 //	  bootMAC: 52:54:00:12:34:56
 //	  bmcAddress: redfish://10.0.0.10/redfish/v1/Systems/1
 //	  credentialsName: bmc-node-1
+//	  username: admin              # optional: the credentials to store
+//	  passwordFile: bmc-node-1.pass  # its first line; relative to this file
+//	  online: true                 # optional, default false
 //	  sshAddress: 10.0.1.10:22     # optional, for the Initializer
 //
 // Its machines' availability is unknown: an inventory lists what exists,
@@ -183,12 +197,53 @@ type Inventory struct {
 }
 
 type inventoryFile struct {
-	Machines []SourceMachine `json:"machines"`
+	Machines []inventoryMachine `json:"machines"`
+}
+
+// inventoryMachine is a machine as an inventory file writes it: a
+// SourceMachine and the credentials to store under its credentialsName.
+type inventoryMachine struct {
+	SourceMachine
+	Username     string `json:"username,omitempty"`
+	PasswordFile string `json:"passwordFile,omitempty"`
+	// Password is refused: a password is never written inline.
+	Password string `json:"password,omitempty"`
+}
+
+// credentials reads the machine's credentials (nil without username and
+// passwordFile); a relative passwordFile is resolved against dir. Errors
+// name the machine and the field, never the password.
+func (m inventoryMachine) credentials(dir string) (*bmdb.Credentials, error) {
+	switch {
+	case m.Password != "":
+		return nil, fmt.Errorf("machine %s: password: a password is not written in the inventory; use passwordFile", m.Name)
+	case m.Username == "" && m.PasswordFile == "":
+		return nil, nil
+	case m.Username == "" || m.PasswordFile == "":
+		return nil, fmt.Errorf("machine %s: username and passwordFile go together", m.Name)
+	case m.CredentialsName == "":
+		return nil, fmt.Errorf("machine %s: username without credentialsName (the name the credentials are stored under)", m.Name)
+	}
+	p := m.PasswordFile
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: passwordFile: %w", m.Name, err)
+	}
+	pw, _, _ := strings.Cut(string(b), "\n")
+	if pw = strings.TrimSuffix(pw, "\r"); pw == "" {
+		return nil, fmt.Errorf("machine %s: passwordFile %s: its first line is empty; want the password there", m.Name, p)
+	}
+	return &bmdb.Credentials{Username: m.Username, Password: pw}, nil
 }
 
 // LoadInventory reads the inventory at path; the source is named name. Each
-// machine is checked (name, MAC, BMC address, credentials name) and names
-// and MACs must be unique; the error names the machine and the field.
+// machine is checked (name, MAC, BMC address, credentials name, username
+// with passwordFile, read then) and names and MACs must be unique; machines
+// sharing a credentialsName must not give different credentials. The error
+// names the machine and the field, never a password.
 func LoadInventory(name, path string) (*Inventory, error) {
 	if err := names.LabelValue(name); err != nil || name == "" {
 		return nil, fmt.Errorf("inventory %s: source name %q is not a label value", path, name)
@@ -202,7 +257,15 @@ func LoadInventory(name, path string) (*Inventory, error) {
 		return nil, fmt.Errorf("inventory %s: %w", path, err)
 	}
 	seen := map[string]string{}
-	for i, m := range f.Machines {
+	creds := map[string]SourceMachine{} // credentials name → first machine giving them
+	machines := make([]SourceMachine, 0, len(f.Machines))
+	for i, im := range f.Machines {
+		m := im.SourceMachine
+		c, err := im.credentials(filepath.Dir(path))
+		if err != nil {
+			return nil, fmt.Errorf("inventory %s: machine %d: %w", path, i+1, err)
+		}
+		m.Credentials = c
 		if err := m.Check(); err != nil {
 			return nil, fmt.Errorf("inventory %s: machine %d: %w", path, i+1, err)
 		}
@@ -213,9 +276,18 @@ func LoadInventory(name, path string) (*Inventory, error) {
 			}
 			seen[k] = m.Name
 		}
-		f.Machines[i].Availability = AvailabilityUnknown
+		if c != nil {
+			if prev, ok := creds[m.CredentialsName]; ok && *prev.Credentials != *c {
+				return nil, fmt.Errorf("inventory %s: machine %d (%s): credentialsName %s: other username or password than machine %s's",
+					path, i+1, m.Name, m.CredentialsName, prev.Name)
+			} else if !ok {
+				creds[m.CredentialsName] = m
+			}
+		}
+		m.Availability = AvailabilityUnknown
+		machines = append(machines, m)
 	}
-	return &Inventory{name: name, machines: f.Machines}, nil
+	return &Inventory{name: name, machines: machines}, nil
 }
 
 // Name returns the source's name.

@@ -34,6 +34,7 @@ import (
 // Bounds of the demo's own waits.
 const (
 	readyTimeout   = 30 * time.Second // bootyd answering its API
+	poolTimeout    = 2 * time.Minute  // the Provisioner loop registering the pool's machines
 	applyTimeout   = 2 * time.Minute  // bootyctl apply
 	stopTimeout    = 10 * time.Second // a child process after SIGINT/SIGTERM
 	pollInterval   = 2 * time.Second  // machines and events
@@ -142,11 +143,44 @@ func fleet(ctx context.Context, o options, stdout *os.File, stderr io.Writer) in
 		}
 	}
 
+	// hosts.yaml, pool.yaml and the password files. The Redfish machine
+	// comes from the demo's QEMU pool, an inventory bootyd's Provisioner
+	// loop brings into the database; the IPMI one is registered by apply.
+	var hosts []host
+	for _, m := range machines {
+		pw := m.name + ".password"
+		if err := writeSecret(filepath.Join(work, pw), bmcPassword(m)); err != nil {
+			return fail("%v", err)
+		}
+		img := api.ImageSpec{URL: publicURL + "/files/" + imageZst, Checksum: sums[0], Checksums: sums[1:], Format: "raw"}
+		hosts = append(hosts, host{Name: m.name, MAC: m.mac, BMCAddress: m.bmcAddress, Username: bmcUser,
+			PasswordFile: pw, Image: img, RootDevice: "/dev/vda", FromPool: m.kind == "redfish"})
+	}
+	hostsYAMLBytes, err := hostsYAML(hosts)
+	if err != nil {
+		return fail("%v", err)
+	}
+	hostsFile := filepath.Join(work, "hosts.yaml")
+	if err := os.WriteFile(hostsFile, hostsYAMLBytes, 0o644); err != nil {
+		return fail("write hosts.yaml: %v", err)
+	}
+	poolYAMLBytes, err := poolYAML(hosts)
+	if err != nil {
+		return fail("%v", err)
+	}
+	poolFile := filepath.Join(work, "pool.yaml")
+	if err := os.WriteFile(poolFile, poolYAMLBytes, 0o644); err != nil {
+		return fail("write pool.yaml: %v", err)
+	}
+
 	// bootyd.
 	bootydLog := filepath.Join(work, "bootyd.log")
 	args := []string{"--insecure-http", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--public-url", publicURL,
 		"--files", files, "--state-dir", filepath.Join(work, "state"), "--operator-token-file", tokenFile,
 		"--bmc-ca-cert", caFile,
+		// The demo's QEMU pool: the Provisioner loop registers its machines
+		// (a round each 5s instead of a minute).
+		"--inventory", poolFile, "--provisioner-reconcile-rate", "5s,1",
 		// The agent allows plain HTTP only when told, like bootyctl.
 		"--ipxe-cmdline", "console=tty0 console=ttyS0,115200n8 booty.insecure-http=1",
 		// A machine that powered itself off (the installed OS does, after its
@@ -167,26 +201,6 @@ func fleet(ctx context.Context, o options, stdout *os.File, stderr io.Writer) in
 		return fail("%v; bootyd's log ends:\n%s", err, tail(bootydLog, 20))
 	}
 
-	// hosts.yaml and the password files.
-	var hosts []host
-	for _, m := range machines {
-		pw := m.name + ".password"
-		if err := writeSecret(filepath.Join(work, pw), bmcPassword(m)); err != nil {
-			return fail("%v", err)
-		}
-		img := api.ImageSpec{URL: publicURL + "/files/" + imageZst, Checksum: sums[0], Checksums: sums[1:], Format: "raw"}
-		hosts = append(hosts, host{Name: m.name, MAC: m.mac, BMCAddress: m.bmcAddress, Username: bmcUser,
-			PasswordFile: pw, Image: img, RootDevice: "/dev/vda"})
-	}
-	hostsYAMLBytes, err := hostsYAML(hosts)
-	if err != nil {
-		return fail("%v", err)
-	}
-	hostsFile := filepath.Join(work, "hosts.yaml")
-	if err := os.WriteFile(hostsFile, hostsYAMLBytes, 0o644); err != nil {
-		return fail("write hosts.yaml: %v", err)
-	}
-
 	p("booty fleet demo: two QEMU machines, provisioned by bootyd's host reconciler through their BMCs")
 	p("")
 	p("  bootyd     %s (SQLite in %s, plain HTTP), guests reach it as %s; log %s", o.bootyd, filepath.Join(work, "state"), publicURL, bootydLog)
@@ -198,6 +212,20 @@ func fleet(ctx context.Context, o options, stdout *os.File, stderr io.Writer) in
 		p("  work dir   %s (removed at exit; --work-dir keeps it)", work)
 	} else {
 		p("  work dir   %s", work)
+	}
+	p("")
+	p("$ bootyd --inventory %s   (the QEMU pool: bootyd's Provisioner loop registers these)", poolFile)
+	for _, l := range strings.Split(strings.TrimRight(string(poolYAMLBytes), "\n"), "\n") {
+		p("    %s", l)
+	}
+	for _, h := range hosts {
+		if !h.FromPool {
+			continue
+		}
+		if err := client.waitMachine(ctx, h.Name, bootyd); err != nil {
+			return fail("%v; bootyd's log ends:\n%s", err, tail(bootydLog, 20))
+		}
+		p("  %s registered from the pool", h.Name)
 	}
 	p("")
 	p("$ bootyctl apply -f %s", hostsFile)
@@ -457,6 +485,29 @@ func (c *apiClient) waitReady(ctx context.Context, p *process) error {
 		case <-ctx.Done():
 			return fmt.Errorf("bootyd did not answer within %s: %w", readyTimeout, last)
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitMachine waits until bootyd has the machine named name (the
+// Provisioner loop brings the pool's machines in), bounded by poolTimeout;
+// it fails early when bootyd exits.
+func (c *apiClient) waitMachine(ctx context.Context, name string, p *process) error {
+	ctx, cancel := context.WithTimeout(ctx, poolTimeout)
+	defer cancel()
+	var last error
+	for {
+		var m api.Machine
+		if last = c.get(ctx, "/v1/machines/"+url.PathEscape(name), &m); last == nil {
+			return nil
+		}
+		if p.exited() {
+			return fmt.Errorf("bootyd exited before it registered %s from the pool: %v", name, p.err())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bootyd did not register %s from the pool within %s: %w", name, poolTimeout, last)
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

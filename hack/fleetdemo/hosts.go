@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/manager"
 )
 
 // The Debian image files make debian-image writes.
@@ -32,6 +33,11 @@ type host struct {
 	PasswordFile string // relative to hosts.yaml's directory, or absolute
 	Image        api.ImageSpec
 	RootDevice   string
+	// FromPool: the machine comes from the demo's QEMU pool, an inventory
+	// bootyd's Provisioner loop brings into the BMDB (pool.yaml, with its
+	// BMC and credentials); its BareMetalHost document then only adds the
+	// image, the hint and the demo's label.
+	FromPool bool
 }
 
 // hostDoc is a BareMetalHost document in the fields bootyctl apply reads
@@ -44,18 +50,20 @@ type hostDoc struct {
 		Labels map[string]string `json:"labels,omitempty"`
 	} `json:"metadata"`
 	Spec struct {
-		Online         bool   `json:"online"`
-		BootMACAddress string `json:"bootMACAddress"`
-		BMC            struct {
-			Address     string `json:"address"`
-			Credentials struct {
-				Username     string `json:"username"`
-				PasswordFile string `json:"passwordFile"`
-			} `json:"credentials"`
-		} `json:"bmc"`
+		Online          bool                 `json:"online"`
+		BootMACAddress  string               `json:"bootMACAddress,omitempty"`
+		BMC             *hostBMC             `json:"bmc,omitempty"`
 		Image           api.ImageSpec        `json:"image"`
 		RootDeviceHints *api.RootDeviceHints `json:"rootDeviceHints,omitempty"`
 	} `json:"spec"`
+}
+
+type hostBMC struct {
+	Address     string `json:"address"`
+	Credentials struct {
+		Username     string `json:"username"`
+		PasswordFile string `json:"passwordFile"`
+	} `json:"credentials"`
 }
 
 // hostsYAML returns the hosts as BareMetalHost documents separated by
@@ -78,11 +86,18 @@ func hostsYAML(hosts []host) ([]byte, error) {
 		d.APIVersion, d.Kind = "booty.dev/v1alpha1", "BareMetalHost"
 		d.Metadata.Name = h.Name
 		d.Metadata.Labels = map[string]string{demoLabel: "fleet"}
+		if h.FromPool {
+			// apply replaces the labels: keep the one the Provisioner loop
+			// knows its machines by.
+			d.Metadata.Labels[manager.LabelProvider] = poolSource
+		}
 		d.Spec.Online = true
-		d.Spec.BootMACAddress = h.MAC
-		d.Spec.BMC.Address = h.BMCAddress
-		d.Spec.BMC.Credentials.Username = h.Username
-		d.Spec.BMC.Credentials.PasswordFile = h.PasswordFile
+		if !h.FromPool {
+			d.Spec.BootMACAddress = h.MAC
+			d.Spec.BMC = &hostBMC{Address: h.BMCAddress}
+			d.Spec.BMC.Credentials.Username = h.Username
+			d.Spec.BMC.Credentials.PasswordFile = h.PasswordFile
+		}
 		d.Spec.Image = h.Image
 		if h.RootDevice != "" {
 			d.Spec.RootDeviceHints = &api.RootDeviceHints{DeviceName: h.RootDevice}
@@ -95,6 +110,44 @@ func hostsYAML(hosts []host) ([]byte, error) {
 		b.Write(y)
 	}
 	return b.Bytes(), nil
+}
+
+// poolSource is the source name bootyd gives its --inventory.
+const poolSource = "inventory"
+
+// poolEntry is one machine of pool.yaml in the fields of bootyd's
+// --inventory (pkg/manager.LoadInventory).
+type poolEntry struct {
+	Name            string `json:"name"`
+	BootMAC         string `json:"bootMAC"`
+	BMCAddress      string `json:"bmcAddress"`
+	CredentialsName string `json:"credentialsName"`
+	Username        string `json:"username"`
+	PasswordFile    string `json:"passwordFile"`
+	Online          bool   `json:"online"`
+}
+
+// poolYAML returns the inventory of the hosts FromPool (the demo's QEMU
+// pool), each online with its BMC and credentials from its password file
+// (never a password), or nil when no host is.
+func poolYAML(hosts []host) ([]byte, error) {
+	var f struct {
+		Machines []poolEntry `json:"machines"`
+	}
+	for _, h := range hosts {
+		if h.FromPool {
+			f.Machines = append(f.Machines, poolEntry{Name: h.Name, BootMAC: h.MAC, BMCAddress: h.BMCAddress,
+				CredentialsName: "bmc-" + h.Name, Username: h.Username, PasswordFile: h.PasswordFile, Online: true})
+		}
+	}
+	if len(f.Machines) == 0 {
+		return nil, nil
+	}
+	y, err := yaml.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("pool yaml: %w", err)
+	}
+	return append([]byte("# The fleet demo's QEMU pool: bootyd --inventory brings these machines into its database.\n"), y...), nil
 }
 
 // readChecksums reads a sha256sum file and returns the sums of the

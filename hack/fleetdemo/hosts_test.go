@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/manager"
 )
 
 func demoHosts() []host {
@@ -102,5 +103,61 @@ func TestReadChecksums(t *testing.T) {
 	}
 	if _, err := readChecksums(filepath.Join(dir, "nope"), imageZst); err == nil {
 		t.Fatal("missing file: no error")
+	}
+}
+
+// The pool's machine: pool.yaml is an inventory bootyd's own loader takes
+// (its BMC, credentials from the password file, online), and its
+// BareMetalHost document only adds the image, the hint and the label.
+func TestPoolYAML(t *testing.T) {
+	hs := demoHosts()
+	hs[1].FromPool = true
+	dir := t.TempDir()
+	b, err := poolYAML(hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pool.yaml"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, hs[1].PasswordFile), []byte("redfish-demo-node-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := manager.LoadInventory("inventory", filepath.Join(dir, "pool.yaml"))
+	if err != nil {
+		t.Fatalf("bootyd would refuse pool.yaml: %v\n%s", err, b)
+	}
+	ms, _ := inv.List(t.Context())
+	if len(ms) != 1 || ms[0].Name != "node-2" || ms[0].BootMAC != hs[1].MAC || ms[0].BMCAddress != hs[1].BMCAddress ||
+		!ms[0].Online || ms[0].Credentials == nil || ms[0].Credentials.Password != "redfish-demo-node-2" {
+		t.Fatalf("pool.yaml holds %+v", ms)
+	}
+	if strings.Contains(string(b), "redfish-demo-node-2") {
+		t.Fatal("pool.yaml holds the password")
+	}
+	hy, err := hostsYAML(hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(hy), "\n---\n")
+	var d2 map[string]any
+	if err := yaml.Unmarshal([]byte(docs[2]), &d2); err != nil {
+		t.Fatal(err)
+	}
+	if l := d2["metadata"].(map[string]any)["labels"].(map[string]any); l[manager.LabelProvider] != "inventory" || l[demoLabel] != "fleet" {
+		t.Errorf("the pool machine's labels %v lack the Provisioner's (apply replaces labels)", l)
+	}
+	spec := d2["spec"].(map[string]any)
+	if _, ok := spec["bmc"]; ok {
+		t.Errorf("the pool machine's document sets a BMC: %v", spec)
+	}
+	if _, ok := spec["bootMACAddress"]; ok {
+		t.Errorf("the pool machine's document sets a boot MAC: %v", spec)
+	}
+	if spec["image"] == nil || spec["rootDeviceHints"] == nil || spec["online"] != true {
+		t.Errorf("the pool machine's document lacks image, hint or online: %v", spec)
+	}
+	if none, err := poolYAML(demoHosts()); none != nil || err != nil {
+		t.Errorf("no pool machine: %q, %v", none, err)
 	}
 }

@@ -1,5 +1,7 @@
 // Command fleetdemo is `make demo`: two QEMU machines behind test BMCs,
-// registered with bootyctl apply, powered on into PXE, inspected,
+// one registered from the demo's QEMU pool by bootyd's Provisioner loop
+// (--inventory), the other with bootyctl apply, which then gives both
+// their image; powered on into PXE, inspected,
 // provisioned with the Debian image and booted from their disks by
 // bootyd's host reconciler, with a live `bootyctl machines watch`, in one
 // command. See usageHead for what it does and shows.
@@ -39,10 +41,13 @@ It enters a network namespace of its own (so it needs root) and there:
      bootyd trusts through --bmc-ca-cert). Each powers a QEMU machine
      (test/bmcvm): OVMF (UEFI), a fresh empty disk, one NIC on QEMU user
      networking whose DHCP points iPXE at bootyd's /v1/boot.ipxe;
-  3. writes hosts.yaml, two BareMetalHost documents (boot MAC, BMC address
-     and credentials from a password file, online, the Debian image with
-     its checksums, root device hint /dev/vda), and runs
-     'bootyctl apply -f hosts.yaml';
+  3. brings the Redfish machine in from the demo's QEMU pool: pool.yaml, an
+     inventory (boot MAC, BMC address, credentials from a password file,
+     online) that bootyd's Provisioner loop reads (--inventory) and
+     registers; then writes hosts.yaml, two BareMetalHost documents (the
+     IPMI machine's boot MAC, BMC address and credentials from a password
+     file; for both: online, the Debian image with its checksums, root
+     device hint /dev/vda), and runs 'bootyctl apply -f hosts.yaml';
   4. runs 'bootyctl machines watch' while bootyd's reconciler powers each
      machine on into PXE, inspects it (the agent enrolls and reports its
      hardware), provisions it (the agent writes the image and kexecs into
@@ -60,7 +65,7 @@ What you see: on a terminal, watch's live table (a progress bar for each
 machine writing its image), then the summary. Piped, a line for each change
 ("watch  | ..."), each event bootyd records ("event  | ...") and each proof
 line ("node-N | BOOTY-PROOF ..."), then the summary. Every machine's serial
-console, bootyd's log and hosts.yaml are kept in the work directory
+console, bootyd's log, hosts.yaml and pool.yaml are kept in the work directory
 (--work-dir, else a temporary one removed at exit; its path is printed);
 --consoles shows the consoles too (piped output only).
 

@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/booty-dev/booty/pkg/api"
 	"github.com/booty-dev/booty/pkg/inventory"
 	"github.com/booty-dev/booty/pkg/network"
 	"github.com/booty-dev/booty/pkg/safego"
@@ -92,6 +94,14 @@ func (a *Agent) startLLDP(ctx context.Context, log *slog.Logger, links []string,
 			got := a.ListenLLDP(ctx, links, LLDPWait, func(l string, n inventory.Neighbor) {
 				log.Info("lldp neighbour", "interface", l, "switch", n.ChassisID, "port", n.PortID,
 					"system", n.SystemName, "pvid", n.PVID)
+				if a.outbox != nil {
+					// bootyd hears it too, as a log line of the machine,
+					// whatever the flow (an agent with a config and a
+					// token sends no hardware report).
+					a.outbox.add(api.LogLine{Time: time.Now(), Level: slog.LevelInfo.String(),
+						Message: fmt.Sprintf("lldp neighbour interface=%s switch=%s port=%s system=%s pvid=%d",
+							l, n.ChassisID, n.PortID, n.SystemName, n.PVID)})
+				}
 				a.neighbours.add(l, n)
 				if heard != nil {
 					heard()

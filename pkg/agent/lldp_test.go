@@ -40,6 +40,7 @@ func TestStartLLDP(t *testing.T) {
 	}}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
+	a.outbox = newOutbox(log, &a.neighbours, nil)
 	told := 0
 	select {
 	case <-a.startLLDP(context.Background(), log, links, func() { told++ }):
@@ -51,6 +52,13 @@ func TestStartLLDP(t *testing.T) {
 	}
 	if heard, v := a.neighbours.snapshot(); v != 1 || len(heard) != 1 || heard["eth0"].PortID != "swp7" || told != 1 {
 		t.Errorf("recorded %+v (version %d, told %d times), want eth0's neighbour once", heard, v, told)
+	}
+	// The neighbour waits in the outbox for bootyd, as a log line.
+	a.outbox.mu.Lock()
+	queued := a.outbox.lines
+	a.outbox.mu.Unlock()
+	if len(queued) != 1 || queued[0].line.Message != "lldp neighbour interface=eth0 switch=aa:bb:cc:dd:ee:ff port=swp7 system=leaf-1 pvid=0" {
+		t.Errorf("outbox holds %+v, want eth0's neighbour as one line", queued)
 	}
 	out := buf.String()
 	for _, want := range []string{`msg="lldp neighbour" interface=eth0 switch=aa:bb:cc:dd:ee:ff port=swp7 system=leaf-1`,

@@ -144,6 +144,30 @@ func TestBondVLANLeaseRenewalFailover(t *testing.T) {
 			t.Errorf("console does not say %s", want)
 		}
 	}
+	// The agent reports what the switch announced: the neighbour lines
+	// reach bootyd, which stores them with the machine's logs.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, err := lab.DB().MachineByMAC(ctx, macs[0])
+	if err != nil {
+		t.Fatalf("bootyd has no machine %s: %v", macs[0], err)
+	}
+	lines, err := lab.DB().Logs(ctx, rec.ID, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range []string{"swp1", "swp2"} {
+		found := false
+		for _, l := range lines {
+			if strings.Contains(l.Message, "lldp neighbour") && strings.Contains(l.Message, "port="+port) &&
+				strings.Contains(l.Message, "switch=02:00:5e:00:53:01") && strings.Contains(l.Message, "system=tor-e2e") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("bootyd's logs of %s hold no lldp neighbour line for %s (%d lines)", macs[0], port, len(lines))
+		}
+	}
 	if !regexp.MustCompile(`bond0: \(slave eth1\): making interface the new active one`).MatchString(console) {
 		t.Error("console does not show the bond failing over to eth1")
 	}

@@ -184,19 +184,7 @@ func TestParkedPollWithoutServe(t *testing.T) {
 	e := newEnv(t, nil)
 	c := &http.Client{Timeout: time.Minute}
 	en := enrollRaw(t, c, e.ts.URL, "52:54:00:00:42:01")
-	got := make(chan string, 1)
-	go func() {
-		req, _ := http.NewRequest("GET", e.ts.URL+"/v1/machines/"+en.MAC+"/command?wait=20", nil)
-		req.Header.Set("Authorization", "Bearer "+en.Token)
-		resp, err := c.Do(req)
-		if err != nil {
-			got <- err.Error()
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		got <- fmt.Sprintf("%d close=%v %s", resp.StatusCode, resp.Close, b)
-	}()
+	got := pollAsync(c, e.ts.URL, en, 20)
 	eventually(t, "the poll parked", func() bool { return e.srv.parked.len() == 1 })
 	if code, _, body := e.do(t, "POST", "/v1/machines/"+en.Name+"/inspect", testOperatorToken, api.ActionRequest{}, nil); code != 200 {
 		t.Fatalf("inspect: %d %s", code, body)
@@ -239,18 +227,7 @@ func TestCloseAnswersParkedPolls(t *testing.T) {
 	e := newEnv(t, nil)
 	c := &http.Client{Timeout: time.Minute}
 	en := enrollRaw(t, c, e.ts.URL, "52:54:00:00:44:01")
-	got := make(chan string, 1)
-	go func() {
-		req, _ := http.NewRequest("GET", e.ts.URL+"/v1/machines/"+en.MAC+"/command?wait=25", nil)
-		req.Header.Set("Authorization", "Bearer "+en.Token)
-		resp, err := c.Do(req)
-		if err != nil {
-			got <- err.Error()
-			return
-		}
-		defer resp.Body.Close()
-		got <- fmt.Sprintf("%d close=%v", resp.StatusCode, resp.Close)
-	}()
+	got := pollAsync(c, e.ts.URL, en, 25)
 	eventually(t, "the poll parked", func() bool { return e.srv.parked.len() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -261,7 +238,7 @@ func TestCloseAnswersParkedPolls(t *testing.T) {
 	}
 	select {
 	case s := <-got:
-		if s != "204 close=true" {
+		if s != "204 close=true " {
 			t.Fatalf("the parked poll was answered %q, want 204 with Connection: close", s)
 		}
 	case <-time.After(5 * time.Second):
@@ -270,4 +247,23 @@ func TestCloseAnswersParkedPolls(t *testing.T) {
 	if n := e.srv.parked.len(); n != 0 {
 		t.Fatalf("%d polls still parked after Close", n)
 	}
+}
+
+// pollAsync sends the agent's command long poll (wait seconds) in the
+// background; the channel gets "STATUS close=BOOL BODY", or the error.
+func pollAsync(c *http.Client, base string, en api.EnrollResponse, wait int) <-chan string {
+	got := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", fmt.Sprintf("%s/v1/machines/%s/command?wait=%d", base, en.MAC, wait), nil)
+		req.Header.Set("Authorization", "Bearer "+en.Token)
+		resp, err := c.Do(req)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- fmt.Sprintf("%d close=%v %s", resp.StatusCode, resp.Close, b)
+	}()
+	return got
 }

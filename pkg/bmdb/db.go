@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Sentinel errors. Every error the package returns that callers act on wraps
@@ -203,7 +204,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := db.sql.PingContext(pingCtx); err != nil {
+	if err := db.ping(pingCtx); err != nil {
 		db.sql.Close()
 		return nil, fmt.Errorf("open bmdb %s %s: %w", db.engine, redactDSN(dsn), err)
 	}
@@ -425,3 +426,22 @@ func placeholders(n int) string {
 }
 
 type scanner interface{ Scan(dest ...any) error }
+
+// ping connects once. On SQLite a new connection switches the file to WAL,
+// which needs the database to itself: replicas opening a fresh file at the
+// same moment get SQLITE_BUSY there at once (SQLite's busy handler does not
+// run for it), so ping tries again every 20 ms until ctx ends.
+func (db *DB) ping(ctx context.Context) error {
+	for {
+		err := db.sql.PingContext(ctx)
+		var se *sqlite.Error
+		if err == nil || db.engine != EngineSQLite || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/booty-dev/booty/internal/testenv"
 )
 
 func TestQuantile(t *testing.T) {
@@ -60,7 +62,7 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("build bootyd: %v\n%s", err, out)
 	}
 	scen := "sqlite,postgres"
-	if _, err := os.Stat("/usr/lib/postgresql"); err != nil && os.Getenv("CI") != "true" {
+	if _, err := os.Stat("/usr/lib/postgresql"); err != nil && !testenv.CI() {
 		t.Log("WARNING: no PostgreSQL installed (hack/deps.sh installs it): the quick run is on SQLite only")
 		scen = "sqlite"
 	}

@@ -6,11 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/booty-dev/booty/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
 func TestGrowFilesystemXFSMounted(t *testing.T) {
-	needTool(t, "xfs_growfs", "losetup")
+	testenv.NeedTools(t, "xfs_growfs", "losetup")
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a loop device and a mount")
 	}

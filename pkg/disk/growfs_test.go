@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/booty-dev/booty/internal/testenv"
 )
 
 // hostRunner runs commands on the host; the tests chroot into "/" only.
@@ -55,18 +57,9 @@ func (f *fakeRunner) RunChroot(_ context.Context, root, name string, args ...str
 	return []byte(f.answers[line]), nil, nil
 }
 
-func needTool(t *testing.T, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			t.Skipf("%s not installed", n)
-		}
-	}
-}
-
 func mkfsImage(t *testing.T, size int64, mkfs ...string) string {
 	t.Helper()
-	needTool(t, mkfs[0])
+	testenv.NeedTools(t, mkfs[0])
 	p := filepath.Join(t.TempDir(), "fs.img")
 	if err := os.WriteFile(p, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -96,7 +89,7 @@ func extBlocks(t *testing.T, img string) uint32 {
 }
 
 func TestGrowFilesystemExt4(t *testing.T) {
-	needTool(t, "resize2fs")
+	testenv.NeedTools(t, "resize2fs")
 	img := mkfsImage(t, 32<<20, "mkfs.ext4", "-q", "-F", "-b", "4096")
 	if got := extBlocks(t, img); got != 8192 {
 		t.Fatalf("fresh fs has %d blocks", got)

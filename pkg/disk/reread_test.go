@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/booty-dev/booty/internal/testenv"
 )
 
 // fakeIoctl records block ioctls; RereadPartitions pops rereadErrs.
@@ -191,7 +193,7 @@ func needRootLoop(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: needs root for loop devices")
 	}
-	needTool(t, "losetup", "sgdisk")
+	testenv.NeedTools(t, "losetup", "sgdisk")
 }
 
 func sysfsSize(t *testing.T, part string) int64 {

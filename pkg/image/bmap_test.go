@@ -12,13 +12,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/booty-dev/booty/internal/testenv"
 )
 
 // bmapFor makes img sparse on disk (cp --sparse=always) and runs the real
 // bmaptool create on it.
 func bmapFor(t *testing.T, img []byte) string {
 	t.Helper()
-	needTool(t, "bmaptool")
+	testenv.NeedTools(t, "bmaptool")
 	dense := writeFile(t, "dense.img", img)
 	sparse := filepath.Join(t.TempDir(), "sparse.img")
 	run(t, "cp", "--sparse=always", dense, sparse)

@@ -15,19 +15,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/booty-dev/booty/internal/testenv"
 )
 
 const mib = 1 << 20
 
 func testLog(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-func needTool(t testing.TB, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("SKIP: %s not installed: %v", name, err)
-	}
 }
 
 func run(t testing.TB, name string, args ...string) []byte {
@@ -47,7 +42,7 @@ func gptTemplate(t testing.TB, size int64) []byte {
 	if b, ok := gptTemplates.Load(size); ok {
 		return b.([]byte)
 	}
-	needTool(t, "sgdisk")
+	testenv.NeedTools(t, "sgdisk")
 	p := filepath.Join(t.TempDir(), "disk.img")
 	if err := os.WriteFile(p, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -106,7 +101,7 @@ func compress(t testing.TB, f Format, data []byte, extra ...string) []byte {
 	default:
 		t.Fatalf("compress: no tool for %s", f)
 	}
-	needTool(t, tool)
+	testenv.NeedTools(t, tool)
 	// Through a file, so tools that record the input size (zstd) do so.
 	in := filepath.Join(t.TempDir(), "in")
 	if err := os.WriteFile(in, data, 0o644); err != nil {

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/booty-dev/booty/internal/testenv"
 )
 
 // loopDevice attaches backing to a free loop device for the test.
@@ -18,7 +20,7 @@ func loopDevice(t *testing.T, backing []byte, extra ...string) string {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: loop devices need root")
 	}
-	needTool(t, "losetup")
+	testenv.NeedTools(t, "losetup")
 	p := writeFile(t, "backing.img", backing)
 	out, err := exec.Command("losetup", append(append([]string{"--find", "--show"}, extra...), p)...).CombinedOutput()
 	if err != nil {

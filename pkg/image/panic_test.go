@@ -14,13 +14,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/booty-dev/booty/internal/testenv"
 )
 
 // zstdNoSize compresses data through a pipe, so the frame declares no
 // content size and a too-big image is found only while writing.
 func zstdNoSize(t *testing.T, data []byte) []byte {
 	t.Helper()
-	needTool(t, "zstd")
+	testenv.NeedTools(t, "zstd")
 	cmd := exec.Command("zstd", "-c", "-q", "-1", "-T1")
 	cmd.Stdin = bytes.NewReader(data)
 	out, err := cmd.Output()

@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/booty-dev/booty/internal/testenv"
 )
 
 // qcow2Of converts raw with the real qemu-img convert and extra options.
 func qcow2Of(t *testing.T, raw []byte, extra ...string) []byte {
 	t.Helper()
-	needTool(t, "qemu-img")
+	testenv.NeedTools(t, "qemu-img")
 	in := writeFile(t, "in.raw", raw)
 	out := filepath.Join(t.TempDir(), "out.qcow2")
 	run(t, "qemu-img", append(append([]string{"convert", "-O", "qcow2"}, extra...), in, out)...)
@@ -54,8 +56,8 @@ func TestWriteQcow2(t *testing.T) {
 }
 
 func TestWriteQcow2Refused(t *testing.T) {
-	needTool(t, "qemu-img")
-	needTool(t, "qemu-io")
+	testenv.NeedTools(t, "qemu-img")
+	testenv.NeedTools(t, "qemu-io")
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base.qcow2")
 	run(t, "qemu-img", "create", "-f", "qcow2", base, "16M")

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/booty-dev/booty/internal/testenv"
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 )
@@ -14,10 +15,8 @@ import (
 // mkfsImage runs a mkfs tool on a new sparse file of size bytes and returns its path.
 func mkfsImage(t *testing.T, size int64, tool string, args ...string) string {
 	t.Helper()
-	path, err := exec.LookPath(tool)
-	if err != nil {
-		t.Skipf("SKIPPED: %s not installed (hack/ installs dosfstools and e2fsprogs)", tool)
-	}
+	testenv.NeedTools(t, tool)
+	path, _ := exec.LookPath(tool)
 	img := filepath.Join(t.TempDir(), "fs.img")
 	if err := os.WriteFile(img, nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -14,18 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/booty-dev/booty/internal/testenv"
 	"github.com/booty-dev/booty/pkg/disk"
 	"github.com/booty-dev/booty/pkg/fstab"
 )
-
-func needTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIPPED: %s not installed", tool)
-		}
-	}
-}
 
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
@@ -277,7 +269,7 @@ func TestTargetMountLoopDevice(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: loop devices need root")
 	}
-	needTools(t, "sgdisk", "losetup", "mkfs.vfat", "mkfs.ext4")
+	testenv.NeedTools(t, "sgdisk", "losetup", "mkfs.vfat", "mkfs.ext4")
 	img := filepath.Join(t.TempDir(), "disk.img")
 	sparseFile(t, img, 96<<20)
 	run(t, "sgdisk", "-n", "1:2048:+32M", "-t", "1:ef00", "-n", "2:0:0", "-t", "2:8300", img)

@@ -37,6 +37,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/booty-dev/booty/internal/testenv"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 )
 
@@ -67,7 +68,7 @@ func Engines() []Engine {
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
 	if pg == nil {
-		if ci() {
+		if testenv.CI() {
 			t.Fatal("bmdbtest: PostgreSQL is not running; it is required under CI (hack/deps.sh installs it)")
 		}
 		t.Skip("bmdbtest: SKIPPED: PostgreSQL is not running (install Debian's postgresql: hack/deps.sh)")
@@ -81,7 +82,7 @@ func PostgresDSN(t testing.TB) string {
 func Main(m *testing.M) int {
 	p, err := startPostgres(false)
 	if err != nil {
-		if ci() {
+		if testenv.CI() {
 			fmt.Fprintf(os.Stderr, "bmdbtest: FAIL: PostgreSQL is required under CI: %v\n", err)
 			return 1
 		}
@@ -91,11 +92,6 @@ func Main(m *testing.M) int {
 		defer p.stop()
 	}
 	return m.Run()
-}
-
-func ci() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v == "true" || v == "1" || v == "yes"
 }
 
 type postgres struct {

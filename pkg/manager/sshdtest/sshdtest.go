@@ -24,25 +24,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/booty-dev/booty/internal/testenv"
 	xssh "golang.org/x/crypto/ssh"
 )
-
-func ci() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v == "true" || v == "1" || v == "yes"
-}
 
 // need fails the test under CI, else skips it loudly, when a requirement
 // is missing.
 func need(t testing.TB, ok bool, what string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if ci() {
-		t.Fatalf("%s; required under CI (hack/deps.sh installs openssh-server and iproute2; the test runs as root)", what)
-	}
-	t.Skipf("SKIPPED: %s (install openssh-server and iproute2 with hack/deps.sh, run as root)", what)
+	testenv.Need(t, ok, what+" (hack/deps.sh installs openssh-server and iproute2; the test runs as root)")
 }
 
 func run(t testing.TB, args ...string) {

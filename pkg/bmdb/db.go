@@ -80,6 +80,9 @@ type DB struct {
 	dsn        string
 	stopListen context.CancelFunc
 	listenDone chan struct{}
+	// listening is set while the listener receives other replicas'
+	// notifications; only then may Authenticate use its cache.
+	listening atomic.Bool
 
 	// faultHook, when set (tests only), is called at the start of every write
 	// transaction attempt with the operation's name; an error it returns

@@ -35,3 +35,17 @@ func (db *DB) QueryBytesForTest(ctx context.Context, query string, args ...any) 
 	err := db.sql.QueryRowContext(ctx, db.q(query), args...).Scan(&b)
 	return b, err
 }
+
+// AuthCachedForTest says whether Authenticate's cache holds mac (MAC in
+// canonical form).
+func (db *DB) AuthCachedForTest(mac string) bool {
+	c := &db.notify.auth
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.byMAC[mac]
+	return ok
+}
+
+// ListeningForTest says whether the PostgreSQL change listener is connected
+// (always false on SQLite).
+func (db *DB) ListeningForTest() bool { return db.listening.Load() }

@@ -15,6 +15,10 @@ import (
 // it and the next watcher gets a fresh one. Other replicas' changes are not
 // seen here: waiters also poll the database.
 type notifier struct {
+	// auth is Authenticate's cache; every wake of a machine drops its
+	// entries (authcache.go).
+	auth authCache
+
 	mu sync.Mutex
 	ch map[string]chan struct{}
 	fn map[string]map[*func()]struct{} // OnChange callbacks by machine
@@ -63,8 +67,10 @@ func (n *notifier) onChange(id string, fn func()) (cancel func()) {
 	}
 }
 
-// changed wakes every watcher of machine id. Call it after the commit.
+// changed wakes every watcher of machine id and drops its cached
+// authentications. Call it after the commit.
 func (n *notifier) changed(id string) {
+	n.auth.drop(id)
 	n.mu.Lock()
 	if c, ok := n.ch[id]; ok {
 		close(c)
@@ -78,9 +84,11 @@ func (n *notifier) changed(id string) {
 	}
 }
 
-// changedAll wakes every watcher: changes may have been missed (the
-// PostgreSQL listener reconnected), so all re-read the database.
+// changedAll wakes every watcher and empties the authentication cache:
+// changes may have been missed (the PostgreSQL listener reconnected), so
+// all re-read the database.
 func (n *notifier) changedAll() {
+	n.auth.dropAll()
 	n.mu.Lock()
 	for id, c := range n.ch {
 		close(c)
@@ -165,6 +173,10 @@ func (db *DB) listenOnce(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("listen: %w", err)
 	}
 	db.notify.changedAll()
+	// From here on other replicas' changes arrive: the authentication
+	// cache may be used, until this connection is lost.
+	db.listening.Store(true)
+	defer db.listening.Store(false)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

@@ -257,11 +257,8 @@ func (db *DB) AppendLogs(ctx context.Context, id string, lines []LogLine) error 
 		if _, err := db.lockMachine(ctx, tx, id); err != nil {
 			return fmt.Errorf("append logs: %w", err)
 		}
-		for _, l := range lines {
-			if _, err := tx.ExecContext(ctx, db.q("INSERT INTO logs (machine_id, at, level, message, size) VALUES (?, ?, ?, ?, ?)"),
-				id, ms(l.Time), l.Level, l.Message, l.size()); err != nil {
-				return fmt.Errorf("append logs of machine %s: %w", id, err)
-			}
+		if err := db.insertLogs(ctx, tx, id, lines); err != nil {
+			return err
 		}
 		var total int64
 		err := tx.QueryRowContext(ctx, db.q(`INSERT INTO log_usage (machine_id, bytes) VALUES (?, ?)
@@ -274,6 +271,38 @@ func (db *DB) AppendLogs(ctx context.Context, id string, lines []LogLine) error 
 		}
 		return db.pruneLogs(ctx, tx, id, total, limit*3/4)
 	})
+}
+
+// insertLogs inserts lines, in order, into machine id's log: one statement
+// on PostgreSQL (a round trip per line was a tenth of its statements under a
+// fleet's provisions), a prepared one per line on SQLite, in process.
+func (db *DB) insertLogs(ctx context.Context, tx *sql.Tx, id string, lines []LogLine) error {
+	if db.engine == EnginePostgres {
+		ats, sizes := make([]int64, len(lines)), make([]int64, len(lines))
+		levels, msgs := make([]string, len(lines)), make([]string, len(lines))
+		for i, l := range lines {
+			ats[i], levels[i], msgs[i], sizes[i] = ms(l.Time), l.Level, l.Message, l.size()
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO logs (machine_id, at, level, message, size)
+			SELECT $1, v.at, v.level, v.message, v.size
+			FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[]) WITH ORDINALITY AS v(at, level, message, size, n)
+			ORDER BY v.n`, id, ats, levels, msgs, sizes)
+		if err != nil {
+			return fmt.Errorf("append %d log lines of machine %s: %w", len(lines), id, err)
+		}
+		return nil
+	}
+	st, err := tx.PrepareContext(ctx, "INSERT INTO logs (machine_id, at, level, message, size) VALUES (?, ?, ?, ?, ?)")
+	if err != nil {
+		return fmt.Errorf("append logs of machine %s: %w", id, err)
+	}
+	defer st.Close()
+	for _, l := range lines {
+		if _, err := st.ExecContext(ctx, id, ms(l.Time), l.Level, l.Message, l.size()); err != nil {
+			return fmt.Errorf("append logs of machine %s: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // pruneLogs drops machine id's oldest log lines until at most target bytes

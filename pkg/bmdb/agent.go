@@ -391,8 +391,21 @@ type Command struct {
 }
 
 // PendingCommand returns the command waiting for machine id's agent, or nil
-// when there is none (one query: long polls call it often).
+// when there is none (one query: long polls call it often). A machine found
+// without a command is remembered so for up to AuthCacheTTL, until its next
+// change, and answered without a query meanwhile: on PostgreSQL, while the
+// listener is connected (see idleCache). On SQLite the query runs in
+// process, a prepared statement, and the cache is not used: a command
+// written by another process on the file is then seen by the next read.
 func (db *DB) PendingCommand(ctx context.Context, id string) (*Command, error) {
+	cache := db.engine == EnginePostgres && db.listening.Load()
+	var epoch uint64
+	if cache {
+		if db.notify.idle.idle(id, time.Now()) {
+			return nil, nil
+		}
+		epoch = db.notify.idle.currentEpoch()
+	}
 	var kind, spec string
 	var gen, at int64
 	// The spec (cloud-init data included) is read only with a command.
@@ -406,6 +419,9 @@ func (db *DB) PendingCommand(ctx context.Context, id string) (*Command, error) {
 		return nil, fmt.Errorf("pending command of machine %s: %w", id, err)
 	}
 	if kind == "" {
+		if cache {
+			db.notify.idle.store(epoch, id, time.Now())
+		}
 		return nil, nil
 	}
 	c := &Command{Kind: CommandKind(kind), Generation: gen, IssuedAt: fromMS(at)}

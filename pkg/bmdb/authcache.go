@@ -112,3 +112,59 @@ func (c *authCache) dropAll() {
 	c.epoch++
 	c.byMAC, c.byMachine = nil, nil
 }
+
+// idleCache remembers the machines PendingCommand found without a command,
+// for up to AuthCacheTTL, so a fleet's long polls (one every 25 s per
+// agent) do not each read the database. It only ever holds absence: a
+// command is issued with a change of the machine (Transition, here or, on
+// PostgreSQL, announced by another replica), and every change drops the
+// machine's entry before its watchers are woken, so their re-read sees the
+// command. It is used on PostgreSQL while the listener is connected, with
+// the same epoch guard as Authenticate's cache.
+type idleCache struct {
+	mu    sync.Mutex
+	until map[string]time.Time // machine ID → end of the entry's life
+	epoch uint64
+}
+
+// idle says whether machine id is known to have no pending command.
+func (c *idleCache) idle(id string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.until[id]
+	return ok && now.Before(t)
+}
+
+func (c *idleCache) currentEpoch() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
+}
+
+// store records that machine id had no command, unless a change came since
+// epoch was read.
+func (c *idleCache) store(epoch uint64, id string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch != epoch {
+		return
+	}
+	if c.until == nil || len(c.until) >= maxAuthCache {
+		c.until = make(map[string]time.Time)
+	}
+	c.until[id] = now.Add(AuthCacheTTL)
+}
+
+func (c *idleCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	delete(c.until, id)
+}
+
+func (c *idleCache) dropAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	c.until = nil
+}

@@ -127,3 +127,48 @@ func TestAuthCacheAcrossReplicas(t *testing.T) {
 	t.Logf("replica B refused the replaced token after %s", refusedWithin(t, b, en2.Token, bound))
 	must[string](t)(b.Authenticate(ctx(t), mac(1), en3.Token))
 }
+
+// TestIdleCacheAcrossReplicas: replica B remembers that a machine has no
+// command; a command issued on replica A wakes B's watcher of the machine,
+// and B's read then finds the command (the entry was dropped before the
+// wake), not the remembered absence.
+func TestIdleCacheAcrossReplicas(t *testing.T) {
+	dsn := bmdbtest.PostgresDSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	waitListening(t, a)
+	waitListening(t, b)
+	en := must[bmdb.Enrolled](t)(a.Enroll(ctx(t), bmdb.Enrollment{MACs: []string{mac(1)}, Hardware: hw}))
+	id := en.Machine.ID
+	// The enrollment's announcement may reach B during its first read;
+	// read until B remembers the absence.
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.IdleCachedForTest(id) {
+		if c := must[*bmdb.Command](t)(b.PendingCommand(ctx(t), id)); c != nil {
+			t.Fatalf("command %+v before any was issued", c)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica B did not remember within 10s that the machine has no command")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	woken := make(chan *bmdb.Command, 1)
+	cancel := b.OnChange(id, func() {
+		go func() {
+			c, _ := b.PendingCommand(ctx(t), id)
+			woken <- c
+		}()
+	})
+	defer cancel()
+	if c := must[*bmdb.Command](t)(b.PendingCommand(ctx(t), id)); c != nil {
+		t.Fatalf("command %+v before any was issued", c)
+	}
+	must[bmdb.Machine](t)(a.Transition(ctx(t), id, bmdb.Transition{To: bmdb.StateInspecting, Command: bmdb.CommandInspect, Reason: "Inspect"}))
+	select {
+	case c := <-woken:
+		if c == nil || c.Kind != bmdb.CommandInspect {
+			t.Fatalf("replica B, woken by the command, read %+v, want the inspect command", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("replica B's watcher was not woken within 10s of the command on replica A")
+	}
+}

@@ -1,6 +1,9 @@
 package bmdb
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetFaultHook makes every write transaction attempt first call h with the
 // operation's name; an error from h fails the attempt (a flaky database).
@@ -49,3 +52,7 @@ func (db *DB) AuthCachedForTest(mac string) bool {
 // ListeningForTest says whether the PostgreSQL change listener is connected
 // (always false on SQLite).
 func (db *DB) ListeningForTest() bool { return db.listening.Load() }
+
+// IdleCachedForTest says whether PendingCommand remembers that machine id
+// has no command.
+func (db *DB) IdleCachedForTest(id string) bool { return db.notify.idle.idle(id, time.Now()) }

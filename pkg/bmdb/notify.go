@@ -15,9 +15,10 @@ import (
 // it and the next watcher gets a fresh one. Other replicas' changes are not
 // seen here: waiters also poll the database.
 type notifier struct {
-	// auth is Authenticate's cache; every wake of a machine drops its
-	// entries (authcache.go).
+	// auth is Authenticate's cache, idle PendingCommand's; every wake of
+	// a machine drops its entries first (authcache.go).
 	auth authCache
+	idle idleCache
 
 	mu sync.Mutex
 	ch map[string]chan struct{}
@@ -67,10 +68,11 @@ func (n *notifier) onChange(id string, fn func()) (cancel func()) {
 	}
 }
 
-// changed wakes every watcher of machine id and drops its cached
-// authentications. Call it after the commit.
+// changed drops what the caches hold of machine id, then wakes its
+// watchers. Call it after the commit.
 func (n *notifier) changed(id string) {
 	n.auth.drop(id)
+	n.idle.drop(id)
 	n.mu.Lock()
 	if c, ok := n.ch[id]; ok {
 		close(c)
@@ -89,6 +91,7 @@ func (n *notifier) changed(id string) {
 // all re-read the database.
 func (n *notifier) changedAll() {
 	n.auth.dropAll()
+	n.idle.dropAll()
 	n.mu.Lock()
 	for id, c := range n.ch {
 		close(c)

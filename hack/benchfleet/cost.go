@@ -76,6 +76,7 @@ type costSample struct {
 	bootyd   []time.Duration
 	postgres time.Duration
 	xacts    int64
+	sessions int64 // connections opened to the run's database
 }
 
 // costMeter reads the counters of one run.
@@ -126,7 +127,7 @@ func (m *costMeter) sample(ctx context.Context, reset bool) costSample {
 	if m.admin != nil {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_ = m.admin.QueryRowContext(ctx, "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", m.db).Scan(&s.xacts)
+		_ = m.admin.QueryRowContext(ctx, "SELECT xact_commit + xact_rollback, sessions FROM pg_stat_database WHERE datname = $1", m.db).Scan(&s.xacts, &s.sessions)
 		if reset {
 			_, _ = m.admin.ExecContext(ctx, "SELECT pg_stat_statements_reset()")
 		}
@@ -210,6 +211,7 @@ type cost struct {
 	bootydCPU   []time.Duration
 	postgresCPU time.Duration
 	xacts       int64
+	sessions    int64
 	calls       int64
 	requests    int // agent and operator requests answered in the window
 	top         []statement

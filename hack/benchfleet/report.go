@@ -228,7 +228,7 @@ func (r result) costMarkdown() string {
 				}
 				parts = append(parts, fmt.Sprintf("%s %d", name, c.conns[k]))
 			}
-			fmt.Fprintf(&b, "; connections at the end: %s", strings.Join(parts, ", "))
+			fmt.Fprintf(&b, "; connections at the end: %s; %d opened in the window", strings.Join(parts, ", "), c.sessions)
 		}
 	}
 	b.WriteString(".\n")

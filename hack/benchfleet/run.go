@@ -337,13 +337,14 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 	endCost := meter.sample(rctx, false)
 	r.cost.conns = meter.connections(rctx)
 	r.cost.calls = meter.totalCalls(rctx)
-	r.cost.top, _ = meter.statements(rctx, 12)
+	r.cost.top, _ = meter.statements(rctx, 16)
 	begin := <-startCost
 	for i := range endCost.bootyd {
 		r.cost.bootydCPU = append(r.cost.bootydCPU, endCost.bootyd[i]-begin.bootyd[i])
 	}
 	r.cost.postgresCPU = endCost.postgres - begin.postgres
 	r.cost.xacts = endCost.xacts - begin.xacts
+	r.cost.sessions = endCost.sessions - begin.sessions
 	// Measure the database before the agents' last requests drain.
 	if sqlitePath != "" {
 		r.dbBytes = fileSizes(sqlitePath)

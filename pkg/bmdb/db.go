@@ -290,10 +290,16 @@ const maxWriteAttempts = 8
 // engine reports a serialization failure, deadlock or busy database. fn may
 // therefore run more than once and must have no effects outside tx.
 func (db *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	return db.retry(ctx, op, func() error { return db.writeOnce(ctx, op, fn) })
+}
+
+// retry runs attempt until it succeeds or fails with an error that is not
+// retryable, at most maxWriteAttempts times, with jittered backoff.
+func (db *DB) retry(ctx context.Context, op string, attempt func() error) error {
 	delay := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := db.writeOnce(ctx, op, fn)
-		if err == nil || !db.retryable(err) || attempt == maxWriteAttempts || ctx.Err() != nil {
+	for n := 1; ; n++ {
+		err := attempt()
+		if err == nil || !db.retryable(err) || n == maxWriteAttempts || ctx.Err() != nil {
 			return err
 		}
 		d := delay/2 + mrand.N(delay/2+1)
@@ -328,6 +334,41 @@ func (db *DB) writeOnce(ctx context.Context, op string, fn func(tx *sql.Tx) erro
 		return fmt.Errorf("%s: commit: %w", op, err)
 	}
 	return nil
+}
+
+// writeOne runs one statement that is a whole write by itself and returns
+// the rows it changed, retried as write retries. On PostgreSQL it runs
+// without BEGIN and COMMIT (a statement is atomic alone): one round trip
+// instead of three. On SQLite it runs in a write transaction, queued on
+// writeMu like every other.
+func (db *DB) writeOne(ctx context.Context, op, query string, args ...any) (int64, error) {
+	var n int64
+	if db.engine != EnginePostgres {
+		err := db.write(ctx, op, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, db.q(query), args...)
+			if err != nil {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+			n, _ = res.RowsAffected()
+			return nil
+		})
+		return n, err
+	}
+	query = db.q(query)
+	err := db.retry(ctx, op, func() error {
+		if h := db.faultHook.Load(); h != nil {
+			if err := (*h)(op); err != nil {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+		}
+		res, err := db.sql.ExecContext(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return n, err
 }
 
 // errCode returns the engine's code of a database error: PostgreSQL's

@@ -101,18 +101,40 @@ func (db *DB) ReportStep(ctx context.Context, id string, gen int64, s StepReport
 	if t.IsZero() {
 		t = now()
 	}
-	return db.write(ctx, "report step", func(tx *sql.Tx) error {
-		if _, err := db.checkInstall(ctx, tx, id, gen, "report step "+s.Name); err != nil {
+	// One statement when the report is for the latest install (the usual
+	// case: a round trip on PostgreSQL). Otherwise it changes nothing, and
+	// the transaction below says why or, should the install have become
+	// the latest meanwhile, writes the step.
+	query := `INSERT INTO install_steps (machine_id, generation, idx, total, name, result,
+		duration_ms, error, detail, updated_at)
+		SELECT CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT),
+		CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT)
+		WHERE CAST(? AS BIGINT) = (SELECT MAX(generation) FROM installs WHERE machine_id = ?)
+		ON CONFLICT (machine_id, generation, idx) DO UPDATE SET total = excluded.total, name = excluded.name,
+		result = excluded.result, duration_ms = excluded.duration_ms, error = excluded.error,
+		detail = excluded.detail, updated_at = excluded.updated_at`
+	args := []any{id, gen, s.Index, s.Total, s.Name, s.Result, s.Duration.Milliseconds(), s.Error, string(detail), ms(t), gen, id}
+	return db.latestInstallWrite(ctx, id, gen, "report step "+s.Name, query, args)
+}
+
+// latestInstallWrite runs a report's statement, which changes something
+// only when gen is machine id's latest install: alone first, and when it
+// changed nothing, again in a transaction after checkInstall, which gives
+// ErrNotFound or ErrStaleGeneration.
+func (db *DB) latestInstallWrite(ctx context.Context, id string, gen int64, what, query string, args []any) error {
+	n, err := db.writeOne(ctx, what, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s of machine %s: %w", what, id, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	return db.write(ctx, what, func(tx *sql.Tx) error {
+		if _, err := db.checkInstall(ctx, tx, id, gen, what); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO install_steps (machine_id, generation, idx, total, name, result,
-			duration_ms, error, detail, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (machine_id, generation, idx) DO UPDATE SET total = excluded.total, name = excluded.name,
-			result = excluded.result, duration_ms = excluded.duration_ms, error = excluded.error,
-			detail = excluded.detail, updated_at = excluded.updated_at`),
-			id, gen, s.Index, s.Total, s.Name, s.Result, s.Duration.Milliseconds(), s.Error, string(detail), ms(t))
-		if err != nil {
-			return fmt.Errorf("report step %s of machine %s: %w", s.Name, id, err)
+		if _, err := tx.ExecContext(ctx, db.q(query), args...); err != nil {
+			return fmt.Errorf("%s of machine %s: %w", what, id, err)
 		}
 		return nil
 	})
@@ -145,17 +167,10 @@ func (db *DB) ReportProgress(ctx context.Context, id string, gen int64, p Progre
 	if t.IsZero() {
 		t = now()
 	}
-	return db.write(ctx, "report progress", func(tx *sql.Tx) error {
-		if _, err := db.checkInstall(ctx, tx, id, gen, "report progress"); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, db.q(`UPDATE installs SET progress_step = ?, bytes_done = ?, bytes_total = ?,
-			progress_at = ? WHERE machine_id = ? AND generation = ?`), p.Step, p.BytesDone, p.BytesTotal, ms(t), id, gen)
-		if err != nil {
-			return fmt.Errorf("report progress of machine %s: %w", id, err)
-		}
-		return nil
-	})
+	return db.latestInstallWrite(ctx, id, gen, "report progress", `UPDATE installs SET progress_step = ?, bytes_done = ?,
+		bytes_total = ?, progress_at = ? WHERE machine_id = ? AND generation = ?
+		AND generation = (SELECT MAX(generation) FROM installs WHERE machine_id = ?)`,
+		[]any{p.Step, p.BytesDone, p.BytesTotal, ms(t), id, gen, id})
 }
 
 // GetInstall returns the install of machine id at generation gen with its

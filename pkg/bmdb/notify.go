@@ -86,7 +86,7 @@ func (n *notifier) changed(id string) {
 	}
 }
 
-// changedAll wakes every watcher and empties the authentication cache:
+// changedAll empties the caches (authcache.go) and wakes every watcher:
 // changes may have been missed (the PostgreSQL listener reconnected), so
 // all re-read the database.
 func (n *notifier) changedAll() {
@@ -176,8 +176,8 @@ func (db *DB) listenOnce(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("listen: %w", err)
 	}
 	db.notify.changedAll()
-	// From here on other replicas' changes arrive: the authentication
-	// cache may be used, until this connection is lost.
+	// From here on other replicas' changes arrive: the caches
+	// (authcache.go) may be used, until this connection is lost.
 	db.listening.Store(true)
 	defer db.listening.Store(false)
 	for {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -144,6 +145,7 @@ func (rep report) markdown() string {
 			}
 			fmt.Fprintf(&b, "| steady | %s%s | %d | %.1f | %s | %s | %s | %s |\n", s.Endpoint, note, s.Count, s.Rate, ms(s.P50), ms(s.P99), ms(s.Max), s.failures())
 		}
+		b.WriteString(r.costMarkdown())
 	}
 	b.WriteString("\n† a wait, not a latency: a long poll lasts until a command comes or wait= passes; the delivery is the time from the operator's answer to the agent having the command (goal: within 1 s). Neither is held to the p99 goal. " +
 		"Setup rows (registering and enrolling the whole fleet at once, as fast as the concurrency flags allow) are a burst no fleet sends and are not held to it either.\n")
@@ -189,4 +191,73 @@ func (r result) verdict(c config) string {
 		return "PASS"
 	}
 	return "FAIL (" + strings.Join(why, ", ") + ")"
+}
+
+// costMarkdown says what the steady phase cost in CPU and, on PostgreSQL,
+// in transactions and statements, per second and per request.
+func (r result) costMarkdown() string {
+	c := r.cost
+	if c.requests == 0 || r.window <= 0 {
+		return ""
+	}
+	var b strings.Builder
+	secs := r.window.Seconds()
+	fmt.Fprintf(&b, "\nCost of the steady phase (%d requests, the long polls' included): CPU ", c.requests)
+	var total time.Duration
+	for i, d := range c.bootydCPU {
+		total += d
+		fmt.Fprintf(&b, "bootyd%d %.1f s (%.0f %% of a core), ", i+1, d.Seconds(), 100*d.Seconds()/secs)
+	}
+	fmt.Fprintf(&b, "**%s of bootyd CPU per request**", c.perRequest(total))
+	if r.sc.engine == "postgres" {
+		fmt.Fprintf(&b, "; PostgreSQL %.1f s (%.0f %% of a core), **%s per request**. "+
+			"PostgreSQL committed %d transactions (%.0f/s) and ran %d statements (%.0f/s, **%.2f per request**)",
+			c.postgresCPU.Seconds(), 100*c.postgresCPU.Seconds()/secs, c.perRequest(c.postgresCPU),
+			c.xacts, float64(c.xacts)/secs, c.calls, float64(c.calls)/secs, float64(c.calls)/float64(c.requests))
+		if len(c.conns) > 0 {
+			var names []string
+			for k := range c.conns {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			var parts []string
+			for _, k := range names {
+				name := k
+				if name == "" {
+					name = "others"
+				}
+				parts = append(parts, fmt.Sprintf("%s %d", name, c.conns[k]))
+			}
+			fmt.Fprintf(&b, "; connections at the end: %s; %d opened in the window", strings.Join(parts, ", "), c.sessions)
+		}
+	}
+	b.WriteString(".\n")
+	if len(c.top) > 0 {
+		b.WriteString("\nPostgreSQL's statements in the steady phase by execution time (pg_stat_statements):\n\n" +
+			"| calls/s | per request | mean | share of these rows' time | statement |\n|---|---|---|---|---|\n")
+		var sum float64
+		for _, s := range c.top {
+			sum += s.TotalMS
+		}
+		for _, s := range c.top {
+			mean := 0.0
+			if s.Calls > 0 {
+				mean = s.TotalMS / float64(s.Calls)
+			}
+			fmt.Fprintf(&b, "| %.1f | %.3f | %.3f ms | %.0f %% | `%s` |\n", float64(s.Calls)/secs, float64(s.Calls)/float64(c.requests),
+				mean, 100*s.TotalMS/max(sum, 1e-9), shortSQL(s.Query, 110))
+		}
+	}
+	return b.String()
+}
+
+// shortSQL puts a statement on one line, at most n characters, fit for a
+// Markdown table cell.
+func shortSQL(q string, n int) string {
+	q = strings.Join(strings.Fields(q), " ")
+	q = strings.NewReplacer("|", "\\|", "`", "'").Replace(q)
+	if len(q) > n {
+		q = q[:n] + "…"
+	}
+	return q
 }

@@ -69,6 +69,7 @@ type result struct {
 	dbDesc                 string
 	provisionIssueFailures int
 	load                   string // /proc/loadavg at the end of the steady phase
+	cost                   cost
 }
 
 // loadAvg is the 1, 5 and 15 minute load averages: the machine is shared.
@@ -143,7 +144,7 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 		r.dbDesc = "SQLite (WAL, synchronous=NORMAL), one file"
 	case "postgres":
 		if e.pg == nil {
-			pg, err := bmdbtest.Start(e.c.pgDurable)
+			pg, err := bmdbtest.StartWith(bmdbtest.StartOptions{Durable: e.c.pgDurable, TrackStatements: true})
 			if err != nil {
 				r.err = fmt.Errorf("start PostgreSQL: %w", err)
 				return r
@@ -176,7 +177,12 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 		if e.c.bootydEnv != "" {
 			env = strings.Split(e.c.bootydEnv, ",")
 		}
-		b, err := startBootyd(rctx, e.c.bootyd, fmt.Sprintf("bootyd%d", i+1), runDir, dsn, e.tokenFile, env, e.c.pprofDir != "")
+		name := fmt.Sprintf("bootyd%d", i+1)
+		bdsn := dsn
+		if sc.engine == "postgres" {
+			bdsn += "&application_name=" + name // its connections, in pg_stat_activity
+		}
+		b, err := startBootyd(rctx, e.c.bootyd, name, runDir, bdsn, e.tokenFile, env, e.c.pprofDir != "")
 		if err != nil {
 			r.err = err
 			return r
@@ -308,6 +314,16 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 			g.call(steadyCtx, opClient, epList, http.MethodGet, servers[0].url+"/v1/machines?state=provisioning", e.token, nil, nil)
 		}
 	}()
+	meter := newCostMeter(rctx, servers, e.pg, dbName)
+	defer meter.close()
+	startCost := make(chan costSample, 1)
+	go func() {
+		select {
+		case <-steadyCtx.Done():
+		case <-time.After(warmup):
+		}
+		startCost <- meter.sample(rctx, true)
+	}()
 	if e.c.pprofDir != "" {
 		wg.Add(1)
 		go func() {
@@ -318,6 +334,17 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 	<-steadyCtx.Done()
 	r.window = time.Since(rec.from)
 	r.load = loadAvg()
+	endCost := meter.sample(rctx, false)
+	r.cost.conns = meter.connections(rctx)
+	r.cost.calls = meter.totalCalls(rctx)
+	r.cost.top, _ = meter.statements(rctx, 16)
+	begin := <-startCost
+	for i := range endCost.bootyd {
+		r.cost.bootydCPU = append(r.cost.bootydCPU, endCost.bootyd[i]-begin.bootyd[i])
+	}
+	r.cost.postgresCPU = endCost.postgres - begin.postgres
+	r.cost.xacts = endCost.xacts - begin.xacts
+	r.cost.sessions = endCost.sessions - begin.sessions
 	// Measure the database before the agents' last requests drain.
 	if sqlitePath != "" {
 		r.dbBytes = fileSizes(sqlitePath)
@@ -331,6 +358,11 @@ func (e *runEnv) runOne(ctx context.Context, sc scenario) (r result) {
 	}
 	waitBounded(&wg, 30*time.Second)
 	r.steady = rec.snapshot(r.window)
+	for _, s := range r.steady {
+		if s.Endpoint != epCmdDelivery {
+			r.cost.requests += s.Count
+		}
+	}
 	r.provisioned = g.provisioned.Load()
 	r.provisionIssueFailures = issueFailures
 	for _, s := range r.steady {

@@ -157,8 +157,13 @@ func (db *DB) Enroll(ctx context.Context, e Enrollment) (Enrolled, error) {
 				return err
 			}
 		}
-		return db.addEvent(ctx, tx, id, EventNormal, "Enrolled",
-			fmt.Sprintf("agent enrolled with MACs %s", strings.Join(macs, ", ")), m.Generation)
+		if err := db.addEvent(ctx, tx, id, EventNormal, "Enrolled",
+			fmt.Sprintf("agent enrolled with MACs %s", strings.Join(macs, ", ")), m.Generation); err != nil {
+			return err
+		}
+		// The token changed: other replicas drop what they cached of the
+		// session (Authenticate).
+		return db.notifyTx(ctx, tx, id)
 	})
 	if err != nil {
 		return Enrolled{}, err
@@ -221,6 +226,14 @@ var dummyHash = sha256.Sum256([]byte("bmdb: no such agent session"))
 // session that has not ended (compared in constant time). An unknown or
 // malformed MAC, a machine without a session, an ended session and a wrong
 // token all give the same ErrUnauthorized.
+//
+// A (MAC, token) pair verified against the database is remembered for up
+// to AuthCacheTTL, so an agent's next requests cost no query: its entry is
+// dropped by every change of the machine, here and (on PostgreSQL, through
+// LISTEN/NOTIFY) on every other replica; on PostgreSQL the cache is used
+// only while this replica's listener is connected (authcache.go). A token
+// that does not match the cached one is checked against the database, as
+// an uncached one is.
 func (db *DB) Authenticate(ctx context.Context, mac, token string) (string, error) {
 	got := sha256.Sum256([]byte(token))
 	want := dummyHash[:]
@@ -228,7 +241,16 @@ func (db *DB) Authenticate(ctx context.Context, mac, token string) (string, erro
 	var stored []byte
 	var ended sql.NullInt64
 	found := false
-	if c, err := ParseMAC(mac); err == nil {
+	c, perr := ParseMAC(mac)
+	cache := perr == nil && db.authCacheUsable()
+	var epoch uint64
+	if cache {
+		if id, ok := db.notify.auth.lookup(c, got, time.Now()); ok {
+			return id, nil
+		}
+		epoch = db.notify.auth.currentEpoch()
+	}
+	if perr == nil {
 		err := db.queryRow(ctx, `SELECT m.machine_id, s.token_hash, s.ended_at FROM machine_macs m
 			JOIN agent_sessions s ON s.machine_id = m.machine_id WHERE m.mac = ?`, c).Scan(&id, &stored, &ended)
 		switch {
@@ -246,7 +268,18 @@ func (db *DB) Authenticate(ctx context.Context, mac, token string) (string, erro
 	if !found || !match {
 		return "", ErrUnauthorized
 	}
+	if cache {
+		db.notify.auth.store(epoch, c, got, id, time.Now())
+	}
 	return id, nil
+}
+
+// authCacheUsable says whether Authenticate may use its cache: on SQLite
+// always (one bootyd owns the file; another process writing the same file
+// is seen within AuthCacheTTL), on PostgreSQL while the listener receives
+// the other replicas' changes.
+func (db *DB) authCacheUsable() bool {
+	return db.engine == EngineSQLite || db.listening.Load()
 }
 
 // Heartbeat records that the agent of machine id is alive. ErrNotFound when
@@ -271,13 +304,21 @@ func (db *DB) EndAgentSession(ctx context.Context, id, reason string) error {
 	if reason == "" {
 		return fmt.Errorf("end agent session of machine %s: empty reason: %w", id, ErrInvalid)
 	}
-	return db.write(ctx, "end agent session", func(tx *sql.Tx) error {
+	err := db.write(ctx, "end agent session", func(tx *sql.Tx) error {
 		m, err := db.lockMachine(ctx, tx, id)
 		if err != nil {
 			return fmt.Errorf("end agent session: %w", err)
 		}
-		return db.endAgentSession(ctx, tx, id, reason, m.Generation)
+		if err := db.endAgentSession(ctx, tx, id, reason, m.Generation); err != nil {
+			return err
+		}
+		// The token stops working on every replica (Authenticate's cache).
+		return db.notifyTx(ctx, tx, id)
 	})
+	if err == nil {
+		db.notify.changed(id)
+	}
+	return err
 }
 
 func (db *DB) endAgentSession(ctx context.Context, tx *sql.Tx, id, reason string, gen int64) error {
@@ -350,8 +391,21 @@ type Command struct {
 }
 
 // PendingCommand returns the command waiting for machine id's agent, or nil
-// when there is none (one query: long polls call it often).
+// when there is none (one query: long polls call it often). A machine found
+// without a command is remembered so for up to AuthCacheTTL, until its next
+// change, and answered without a query meanwhile: on PostgreSQL, while the
+// listener is connected (see idleCache). On SQLite the query runs in
+// process, a prepared statement, and the cache is not used: a command
+// written by another process on the file is then seen by the next read.
 func (db *DB) PendingCommand(ctx context.Context, id string) (*Command, error) {
+	cache := db.engine == EnginePostgres && db.listening.Load()
+	var epoch uint64
+	if cache {
+		if db.notify.idle.idle(id, time.Now()) {
+			return nil, nil
+		}
+		epoch = db.notify.idle.currentEpoch()
+	}
 	var kind, spec string
 	var gen, at int64
 	// The spec (cloud-init data included) is read only with a command.
@@ -365,6 +419,9 @@ func (db *DB) PendingCommand(ctx context.Context, id string) (*Command, error) {
 		return nil, fmt.Errorf("pending command of machine %s: %w", id, err)
 	}
 	if kind == "" {
+		if cache {
+			db.notify.idle.store(epoch, id, time.Now())
+		}
 		return nil, nil
 	}
 	c := &Command{Kind: CommandKind(kind), Generation: gen, IssuedAt: fromMS(at)}

@@ -275,6 +275,11 @@ func TestLogsBounded(t *testing.T) {
 		if strings.HasPrefix(logs[0].Message, "000000") {
 			t.Fatal("oldest line kept")
 		}
+		for i := 1; i < len(logs); i++ { // in the order appended, within and across batches
+			if logs[i].Message[:6] <= logs[i-1].Message[:6] {
+				t.Fatalf("line %d (%.6s) follows line %.6s: out of order", i, logs[i].Message, logs[i-1].Message)
+			}
+		}
 		if len(logs) < limit/2/1100 {
 			t.Fatalf("only %d lines kept, the bound allows about %d", len(logs), limit/1100)
 		}

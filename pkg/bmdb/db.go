@@ -80,6 +80,9 @@ type DB struct {
 	dsn        string
 	stopListen context.CancelFunc
 	listenDone chan struct{}
+	// listening is set while the listener receives other replicas'
+	// notifications; only then may Authenticate use its cache.
+	listening atomic.Bool
 
 	// faultHook, when set (tests only), is called at the start of every write
 	// transaction attempt with the operation's name; an error it returns
@@ -176,8 +179,14 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open bmdb postgres: %w", err)
 		}
+		// Every connection this process opened stays open until it was
+		// idle for 5 minutes: with fewer idle ones kept than open, a burst
+		// of requests closed the extra connections and the next burst
+		// opened them again (134 a minute per two replicas under 10,000
+		// agents), each a PostgreSQL backend started and its statements
+		// prepared anew.
 		db.sql.SetMaxOpenConns(32)
-		db.sql.SetMaxIdleConns(8)
+		db.sql.SetMaxIdleConns(32)
 		db.sql.SetConnMaxIdleTime(5 * time.Minute)
 	case strings.HasPrefix(dsn, "sqlite://") || !strings.Contains(dsn, "://"):
 		db.engine = EngineSQLite
@@ -287,10 +296,16 @@ const maxWriteAttempts = 8
 // engine reports a serialization failure, deadlock or busy database. fn may
 // therefore run more than once and must have no effects outside tx.
 func (db *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	return db.retry(ctx, op, func() error { return db.writeOnce(ctx, op, fn) })
+}
+
+// retry runs attempt until it succeeds or fails with an error that is not
+// retryable, at most maxWriteAttempts times, with jittered backoff.
+func (db *DB) retry(ctx context.Context, op string, attempt func() error) error {
 	delay := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := db.writeOnce(ctx, op, fn)
-		if err == nil || !db.retryable(err) || attempt == maxWriteAttempts || ctx.Err() != nil {
+	for n := 1; ; n++ {
+		err := attempt()
+		if err == nil || !db.retryable(err) || n == maxWriteAttempts || ctx.Err() != nil {
 			return err
 		}
 		d := delay/2 + mrand.N(delay/2+1)
@@ -325,6 +340,41 @@ func (db *DB) writeOnce(ctx context.Context, op string, fn func(tx *sql.Tx) erro
 		return fmt.Errorf("%s: commit: %w", op, err)
 	}
 	return nil
+}
+
+// writeOne runs one statement that is a whole write by itself and returns
+// the rows it changed, retried as write retries. On PostgreSQL it runs
+// without BEGIN and COMMIT (a statement is atomic alone): one round trip
+// instead of three. On SQLite it runs in a write transaction, queued on
+// writeMu like every other.
+func (db *DB) writeOne(ctx context.Context, op, query string, args ...any) (int64, error) {
+	var n int64
+	if db.engine != EnginePostgres {
+		err := db.write(ctx, op, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, db.q(query), args...)
+			if err != nil {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+			n, _ = res.RowsAffected()
+			return nil
+		})
+		return n, err
+	}
+	query = db.q(query)
+	err := db.retry(ctx, op, func() error {
+		if h := db.faultHook.Load(); h != nil {
+			if err := (*h)(op); err != nil {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+		}
+		res, err := db.sql.ExecContext(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return n, err
 }
 
 // errCode returns the engine's code of a database error: PostgreSQL's

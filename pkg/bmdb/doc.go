@@ -90,7 +90,12 @@
 // ended, heartbeat within WithAgentSessionTTL) a second enrollment is refused
 // with ErrSessionLive and recorded as an event. Authenticate compares in
 // constant time, and an unknown MAC, an ended session and a wrong token give
-// the same ErrUnauthorized. Heartbeat records the last time. WaitCommand is
+// the same ErrUnauthorized. It remembers a verified (MAC, token) pair for up
+// to AuthCacheTTL, so an agent's next requests cost no query; any change of
+// the machine drops it, on every replica (LISTEN/NOTIFY), and a replica whose
+// listener is not connected does not use the cache, so a token that stopped
+// working on one replica is refused by the others within the notification's
+// delivery (authcache.go). Heartbeat records the last time. WaitCommand is
 // the long poll: it returns as soon as a command is issued for the machine,
 // by this process (an in-process notifier) or, on PostgreSQL, by another
 // replica (pg_notify at commit, a LISTEN connection per DB that reconnects

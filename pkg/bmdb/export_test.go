@@ -1,6 +1,9 @@
 package bmdb
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetFaultHook makes every write transaction attempt first call h with the
 // operation's name; an error from h fails the attempt (a flaky database).
@@ -35,3 +38,21 @@ func (db *DB) QueryBytesForTest(ctx context.Context, query string, args ...any) 
 	err := db.sql.QueryRowContext(ctx, db.q(query), args...).Scan(&b)
 	return b, err
 }
+
+// AuthCachedForTest says whether Authenticate's cache holds mac (MAC in
+// canonical form).
+func (db *DB) AuthCachedForTest(mac string) bool {
+	c := &db.notify.auth
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.byMAC[mac]
+	return ok
+}
+
+// ListeningForTest says whether the PostgreSQL change listener is connected
+// (always false on SQLite).
+func (db *DB) ListeningForTest() bool { return db.listening.Load() }
+
+// IdleCachedForTest says whether PendingCommand remembers that machine id
+// has no command.
+func (db *DB) IdleCachedForTest(id string) bool { return db.notify.idle.idle(id, time.Now()) }

@@ -18,7 +18,10 @@ const maxHeartbeatBatch = 5000
 // a caller that buffers the heartbeats of a fleet (bootyd flushes them every
 // second) writes once instead of once per agent. A session that ended, or
 // already has a later heartbeat, is left as it is; unknown IDs are skipped.
-// On failure no heartbeat of the failed batch is recorded.
+// On failure no heartbeat of the failed batch is recorded. On PostgreSQL
+// the batches commit without waiting for the WAL flush (synchronous_commit
+// off for them alone): a crash may lose the last second's heartbeats,
+// which the next ones replace.
 func (db *DB) HeartbeatMany(ctx context.Context, beats map[string]time.Time) error {
 	ids := make([]string, 0, len(beats))
 	for id := range beats {
@@ -44,6 +47,15 @@ func (db *DB) heartbeatBatch(ctx context.Context, ids []string, beats map[string
 	}
 	return db.write(ctx, "record heartbeats", func(tx *sql.Tx) error {
 		if db.engine == EnginePostgres {
+			// The one write whose loss in a crash is harmless by design:
+			// the agents' next heartbeats replace it, long before a
+			// session could expire. Its commit does not wait for the WAL
+			// flush (PostgreSQL still never corrupts or reorders it);
+			// every other write, reports and commands above all, stays
+			// synchronous: nothing of theirs may be lost.
+			if _, err := tx.ExecContext(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+				return fmt.Errorf("record %d heartbeats: %w", len(ids), err)
+			}
 			// One statement: a round trip per agent would hold the row
 			// locks of the whole batch for as many round trips.
 			_, err := tx.ExecContext(ctx, `UPDATE agent_sessions s SET heartbeat_at = v.t

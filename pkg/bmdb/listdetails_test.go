@@ -3,6 +3,7 @@ package bmdb_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/booty-dev/booty/pkg/bmdb"
 )
@@ -45,6 +46,74 @@ func TestListDetails(t *testing.T) {
 		}
 		if len(d.Progress) != 1 {
 			t.Errorf("progress of %d machines, want 1: %+v", len(d.Progress), d.Progress)
+		}
+	})
+}
+
+// TestListWithBMC: WithBMC lists only the machines with a BMC address, in
+// name order, paged like any listing.
+func TestListWithBMC(t *testing.T) {
+	engines(t, func(t *testing.T, db *bmdb.DB) {
+		var want []string
+		for i := range 7 {
+			nm := bmdb.NewMachine{Name: fmt.Sprintf("m%d", i), BootMAC: mac(100 + i)}
+			if i%3 == 0 {
+				nm.BMC = bmdb.BMC{Address: fmt.Sprintf("ipmi://10.0.0.%d:623", i)}
+				want = append(want, nm.Name)
+			}
+			must[bmdb.Machine](t)(db.CreateMachine(ctx(t), nm))
+		}
+		var got []string
+		after := ""
+		for {
+			page := must[[]bmdb.Machine](t)(db.ListMachines(ctx(t), bmdb.ListOptions{WithBMC: true, AfterName: after, Limit: 2}))
+			for _, m := range page {
+				if m.BMC.Address == "" {
+					t.Errorf("machine %s without a BMC listed", m.Name)
+				}
+				got = append(got, m.Name)
+			}
+			if len(page) < 2 {
+				break
+			}
+			after = page[len(page)-1].Name
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("listed %v, want %v", got, want)
+		}
+		if n := len(must[[]bmdb.Machine](t)(db.ListMachines(ctx(t), bmdb.ListOptions{}))); n != 7 {
+			t.Fatalf("%d machines without the filter, want 7", n)
+		}
+	})
+}
+
+// TestListAgentQuiet: AgentQuietBefore lists the machines whose agent was
+// last heard from before the time: an old heartbeat, a session ended
+// before it; not a fresh session, a recent end, or no session at all.
+func TestListAgentQuiet(t *testing.T) {
+	engines(t, func(t *testing.T, db *bmdb.DB) {
+		old := time.Now().Add(-time.Hour).UnixMilli()
+		ids := map[string]string{}
+		for i, name := range []string{"fresh", "silent", "ended-long-ago", "ended-now", "never-enrolled"} {
+			ids[name] = mustMachine(t, db, name, i+1).ID
+			if name == "never-enrolled" {
+				continue
+			}
+			must[bmdb.Enrolled](t)(db.Enroll(ctx(t), bmdb.Enrollment{MACs: []string{mac(i + 1)}}))
+		}
+		must[int64](t)(db.ExecForTest(ctx(t), "UPDATE agent_sessions SET heartbeat_at = ? WHERE machine_id = ?", old, ids["silent"]))
+		for _, n := range []string{"ended-long-ago", "ended-now"} {
+			if err := db.EndAgentSession(ctx(t), ids[n], "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		must[int64](t)(db.ExecForTest(ctx(t), "UPDATE agent_sessions SET heartbeat_at = ?, ended_at = ? WHERE machine_id = ?", old, old, ids["ended-long-ago"]))
+		var got []string
+		for _, m := range must[[]bmdb.Machine](t)(db.ListMachines(ctx(t), bmdb.ListOptions{AgentQuietBefore: time.Now().Add(-10 * time.Minute)})) {
+			got = append(got, m.Name)
+		}
+		if want := "[ended-long-ago silent]"; fmt.Sprint(got) != want {
+			t.Fatalf("quiet agents %v, want %s", got, want)
 		}
 	})
 }

@@ -439,6 +439,17 @@ func (db *DB) loadMACs(ctx context.Context, m *Machine) error {
 type ListOptions struct {
 	// States keeps machines in one of these states (all when empty).
 	States []State
+	// WithBMC keeps machines that have a BMC address: the host
+	// reconciler's, which lists several times a second and, in a fleet of
+	// agents without BMCs, would otherwise read every machine each time
+	// (an index on those machines' names serves it).
+	WithBMC bool
+	// AgentQuietBefore, when set, keeps machines whose agent was last
+	// heard from before it: their agent session ended before it, or has
+	// not ended and its last heartbeat is older. Machines without a
+	// session are left out. The Recoverer lists its candidates so instead
+	// of reading every machine's session.
+	AgentQuietBefore time.Time
 	// AfterName starts the page after this name (names sort ascending).
 	AfterName string
 	// Limit is the page size (default and maximum 1000).
@@ -458,6 +469,13 @@ func (db *DB) ListMachines(ctx context.Context, o ListOptions) ([]Machine, error
 		for _, s := range o.States {
 			args = append(args, string(s))
 		}
+	}
+	if o.WithBMC {
+		query += " AND bmc_address <> ''"
+	}
+	if !o.AgentQuietBefore.IsZero() {
+		query += " AND EXISTS (SELECT 1 FROM agent_sessions a WHERE a.machine_id = machines.id AND COALESCE(a.ended_at, a.heartbeat_at) < ?)"
+		args = append(args, ms(o.AgentQuietBefore))
 	}
 	query += " ORDER BY name LIMIT ?"
 	args = append(args, o.Limit)

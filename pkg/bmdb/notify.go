@@ -15,6 +15,11 @@ import (
 // it and the next watcher gets a fresh one. Other replicas' changes are not
 // seen here: waiters also poll the database.
 type notifier struct {
+	// auth is Authenticate's cache, idle PendingCommand's; every wake of
+	// a machine drops its entries first (authcache.go).
+	auth authCache
+	idle idleCache
+
 	mu sync.Mutex
 	ch map[string]chan struct{}
 	fn map[string]map[*func()]struct{} // OnChange callbacks by machine
@@ -63,8 +68,11 @@ func (n *notifier) onChange(id string, fn func()) (cancel func()) {
 	}
 }
 
-// changed wakes every watcher of machine id. Call it after the commit.
+// changed drops what the caches hold of machine id, then wakes its
+// watchers. Call it after the commit.
 func (n *notifier) changed(id string) {
+	n.auth.drop(id)
+	n.idle.drop(id)
 	n.mu.Lock()
 	if c, ok := n.ch[id]; ok {
 		close(c)
@@ -78,9 +86,12 @@ func (n *notifier) changed(id string) {
 	}
 }
 
-// changedAll wakes every watcher: changes may have been missed (the
-// PostgreSQL listener reconnected), so all re-read the database.
+// changedAll empties the caches (authcache.go) and wakes every watcher:
+// changes may have been missed (the PostgreSQL listener reconnected), so
+// all re-read the database.
 func (n *notifier) changedAll() {
+	n.auth.dropAll()
+	n.idle.dropAll()
 	n.mu.Lock()
 	for id, c := range n.ch {
 		close(c)
@@ -165,6 +176,10 @@ func (db *DB) listenOnce(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("listen: %w", err)
 	}
 	db.notify.changedAll()
+	// From here on other replicas' changes arrive: the caches
+	// (authcache.go) may be used, until this connection is lost.
+	db.listening.Store(true)
+	defer db.listening.Store(false)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

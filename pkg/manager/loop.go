@@ -304,10 +304,16 @@ func (w *worker) work(ctx context.Context, work *bmdb.Work) error {
 // listMachines returns every machine in one of states (all when empty),
 // a page at a time.
 func listMachines(ctx context.Context, db *bmdb.DB, states ...bmdb.State) ([]bmdb.Machine, error) {
+	return listMachinesWith(ctx, db, bmdb.ListOptions{States: states})
+}
+
+// listMachinesWith returns every machine o selects, a page at a time.
+func listMachinesWith(ctx context.Context, db *bmdb.DB, o bmdb.ListOptions) ([]bmdb.Machine, error) {
 	var out []bmdb.Machine
 	after := ""
 	for {
-		page, err := db.ListMachines(ctx, bmdb.ListOptions{States: states, AfterName: after})
+		o.AfterName = after
+		page, err := db.ListMachines(ctx, o)
 		if err != nil {
 			return nil, err
 		}

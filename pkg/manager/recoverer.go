@@ -203,8 +203,12 @@ func (r *Recoverer) silence(ctx context.Context, db *bmdb.DB, id string) (string
 }
 
 // Candidates are the machines in an agent state whose agent is silent.
+// The BMDB lists those not heard from within the shorter timeout (a few in
+// a healthy fleet, instead of every machine with a query for its session
+// each); silence then decides.
 func (r *Recoverer) Candidates(ctx context.Context, db *bmdb.DB) ([]string, error) {
-	ms, err := listMachines(ctx, db, agentStates...)
+	quiet := time.Now().Add(-min(r.StartTimeout, r.HeartbeatTimeout))
+	ms, err := listMachinesWith(ctx, db, bmdb.ListOptions{States: agentStates, AgentQuietBefore: quiet})
 	if err != nil {
 		return nil, err
 	}

@@ -189,7 +189,9 @@ func (r *Reconciler) Candidates(ctx context.Context, db *bmdb.DB) ([]string, err
 	live := map[string]bool{}
 	after := ""
 	for {
-		page, err := db.ListMachines(ctx, bmdb.ListOptions{AfterName: after})
+		// Only machines with a BMC can be managed: a fleet of agents
+		// without BMCs is not read several times a second.
+		page, err := db.ListMachines(ctx, bmdb.ListOptions{WithBMC: true, AfterName: after})
 		if err != nil {
 			return nil, err
 		}

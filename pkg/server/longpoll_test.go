@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/booty-dev/booty/pkg/api"
+	"github.com/booty-dev/booty/pkg/bmdb"
 )
 
 // servedEnv runs e's server with Serve on a loopback listener (the
@@ -266,4 +269,50 @@ func pollAsync(c *http.Client, base string, en api.EnrollResponse, wait int) <-c
 		got <- fmt.Sprintf("%d close=%v %s", resp.StatusCode, resp.Close, b)
 	}()
 	return got
+}
+
+// TestParkedPollEndsWithoutReread: a parked poll whose wait ends with no
+// change of its machine announced answers 204 without reading the database
+// again (a query per agent per wait saved); a command written without an
+// announcement (here by another handle on the file, as another process
+// would) is then found by the agent's next poll at once.
+func TestParkedPollEndsWithoutReread(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bmdb.db")
+	open := func() *bmdb.DB {
+		db, err := bmdb.Open(context.Background(), path, bmdb.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	served, other := open(), open()
+	e := newEnv(t, func(o *Options) { o.DB = served })
+	base, _, _ := servedEnv(t, e)
+	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
+	en := enrollRaw(t, c, base, "52:54:00:00:45:01")
+	pollURL := base + "/v1/machines/" + en.MAC + "/command?wait=2"
+
+	got := make(chan int, 1)
+	go func() {
+		code, _, _ := call(t, c, "GET", pollURL, en.Token, nil)
+		got <- code
+	}()
+	eventually(t, "the poll parked", func() bool { return e.srv.parked.len() == 1 })
+	if _, err := other.Transition(context.Background(), en.MachineID, bmdb.Transition{To: bmdb.StateInspecting, Command: bmdb.CommandInspect, Reason: "Inspect"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-got:
+		if code != http.StatusNoContent {
+			t.Fatalf("the parked poll answered %d at the end of its wait, want 204 (no change was announced to it)", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the parked poll was not answered within 30s of its 2s wait")
+	}
+	code, body, _ := call(t, c, "GET", pollURL, en.Token, nil)
+	var cmd api.AgentCommand
+	if code != 200 || json.Unmarshal([]byte(body), &cmd) != nil || cmd.Kind != api.CommandInspect {
+		t.Fatalf("the next poll answered %d %s, want the inspect command", code, body)
+	}
 }

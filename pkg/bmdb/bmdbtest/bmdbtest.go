@@ -128,7 +128,7 @@ func binDir() (string, error) {
 // startPostgres starts a server for this process. durable keeps
 // PostgreSQL's fsync and synchronous commit (a benchmark measuring what
 // production pays); tests run without them.
-func startPostgres(durable bool) (*postgres, error) {
+func startPostgres(durable bool, extra ...string) (*postgres, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -157,6 +157,7 @@ func startPostgres(durable bool) (*postgres, error) {
 	if !durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
+	args = append(args, extra...)
 	opts := strings.Join(args, " ")
 	if out, err := p.run(90*time.Second, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
@@ -274,11 +275,48 @@ type Server struct{ p *postgres }
 // come from). durable keeps fsync and synchronous commit on, as a
 // production server runs; the tests run without them.
 func Start(durable bool) (*Server, error) {
-	p, err := startPostgres(durable)
+	return StartWith(StartOptions{Durable: durable})
+}
+
+// StartOptions tunes a Server started by StartWith.
+type StartOptions struct {
+	// Durable keeps fsync and synchronous commit on, as in production.
+	Durable bool
+	// TrackStatements loads pg_stat_statements (shared_preload_libraries),
+	// so that Statements can say which queries ran how often. The
+	// extension ships with Debian's postgresql package.
+	TrackStatements bool
+}
+
+// StartWith starts PostgreSQL as Start does, with o.
+func StartWith(o StartOptions) (*Server, error) {
+	var extra []string
+	if o.TrackStatements {
+		extra = append(extra, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=all")
+	}
+	p, err := startPostgres(o.Durable, extra...)
 	if err != nil {
 		return nil, err
 	}
 	return &Server{p: p}, nil
+}
+
+// DSN returns the DSN of database name on the server's socket.
+func (s *Server) DSN(name string) string { return s.p.dsn(name) }
+
+// PostmasterPID returns the process ID of the server's postmaster, the
+// parent of every backend (from postmaster.pid in the data directory).
+func (s *Server) PostmasterPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(s.p.dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("postmaster pid: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return 0, fmt.Errorf("postmaster pid: first line of postmaster.pid %q: %w", line, err)
+	}
+	return pid, nil
 }
 
 // CreateDatabase creates the empty database name (lower-case letters,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
@@ -157,6 +158,11 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		opts.Progress = bar.update
 	}
 
+	// More Ps than cores keep the fetch from waiting behind the hash and
+	// the decoder (image.Procs); GOMAXPROCS in the environment wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(image.Procs(runtime.NumCPU())))
+	}
 	// The chunk buffers live outside the Go heap; keep the heap (decoder
 	// state, source blocks) small so peak RSS stays bounded.
 	if os.Getenv("GOMEMLIMIT") == "" {

@@ -9,11 +9,15 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/booty-dev/booty/pkg/image"
 )
 
 func TestRunWriteImage(t *testing.T) {
@@ -197,5 +201,39 @@ func TestWriteImageProfiles(t *testing.T) {
 	}
 	if _, err := os.Stat(target2); err == nil {
 		t.Error("target written although the profile could not be created")
+	}
+}
+
+// While it writes, write-image runs with image.Procs Ps (more than cores,
+// so the fetch is not starved of one), and restores GOMAXPROCS after;
+// GOMAXPROCS in the environment is left alone.
+func TestWriteImageProcs(t *testing.T) {
+	img := bytes.Repeat([]byte("procs "), 100000)
+	sum := sha256.Sum256(img)
+	var during atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		during.Store(int32(runtime.GOMAXPROCS(0))) // same process: the server runs during the write
+		w.Write(img)
+	}))
+	defer srv.Close()
+	before := runtime.GOMAXPROCS(0)
+	for _, env := range []string{"", strconv.Itoa(before)} {
+		t.Setenv("GOMAXPROCS", env)
+		target := filepath.Join(t.TempDir(), "target")
+		args := []string{"--source", srv.URL + "/img", "--target", target, "--insecure-http", "--image-checksum", "sha256:" + hex.EncodeToString(sum[:])}
+		var stdout, stderr bytes.Buffer
+		if code := runWriteImage(context.Background(), args, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr.String())
+		}
+		want := image.Procs(runtime.NumCPU())
+		if env != "" {
+			want = before
+		}
+		if got := int(during.Load()); got != want {
+			t.Errorf("GOMAXPROCS=%q: %d Ps during the write, want %d", env, got, want)
+		}
+		if after := runtime.GOMAXPROCS(0); after != before {
+			t.Errorf("GOMAXPROCS=%q: %d Ps after the write, want %d as before", env, after, before)
+		}
 	}
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -86,6 +90,11 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fresh := fs.Bool("fresh-target", false, "the target is freshly wiped (reads as zeros): skip zero ranges entirely")
 	noDirect := fs.Bool("no-direct", false, "do not use O_DIRECT writes (for benchmarking)")
 	verbose := fs.BoolP("verbose", "v", false, "log debug details")
+	// Hidden, for profiling the write path (docs/bench.md, "Where the time goes").
+	traceFile := fs.String("debug-trace", "", "write a runtime/trace of the write to `FILE`")
+	cpuFile := fs.String("debug-cpuprofile", "", "write a CPU profile of the write to `FILE`")
+	_ = fs.MarkHidden("debug-trace")
+	_ = fs.MarkHidden("debug-cpuprofile")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, writeImageUsage+"\nFlags:\n")
 		fs.PrintDefaults()
@@ -149,12 +158,25 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		opts.Progress = bar.update
 	}
 
+	// More Ps than cores keep the fetch from waiting behind the hash and
+	// the decoder (image.Procs); GOMAXPROCS in the environment wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(image.Procs(runtime.NumCPU())))
+	}
 	// The chunk buffers live outside the Go heap; keep the heap (decoder
 	// state, source blocks) small so peak RSS stays bounded.
 	if os.Getenv("GOMEMLIMIT") == "" {
 		defer debug.SetMemoryLimit(debug.SetMemoryLimit(writeImageMemLimit))
 	}
+	stopProfile, err := startProfile(*traceFile, *cpuFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "booty write-image: %v\n", err)
+		return 1
+	}
 	res, err := image.Write(ctx, opts)
+	if perr := stopProfile(); perr != nil {
+		fmt.Fprintf(stderr, "booty write-image: %v\n", perr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "booty write-image: %v\n", err)
 		return 1
@@ -167,6 +189,49 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 		*source, res.Format, humanize.Bytes(res.ImageSize), *target, res.Duration.Round(time.Millisecond),
 		humanize.Bytes(int64(float64(res.ImageSize)/max(res.Duration.Seconds(), 1e-3))), res.SourceDigest, imgDigest)
 	return 0
+}
+
+// startProfile starts a runtime/trace into traceFile and a CPU profile
+// into cpuFile, each when named, and returns what stops both and closes
+// their files. On failure nothing is left running.
+func startProfile(traceFile, cpuFile string) (stop func() error, err error) {
+	var stops []func() error
+	stop = func() error {
+		var errs []error
+		for i := len(stops) - 1; i >= 0; i-- {
+			errs = append(errs, stops[i]())
+		}
+		return errors.Join(errs...)
+	}
+	start := func(name string, begin func(io.Writer) error, end func()) error {
+		f, err := os.Create(name)
+		if err != nil {
+			return fmt.Errorf("create profile %s: %w", name, err)
+		}
+		if err := begin(f); err != nil {
+			f.Close()
+			return fmt.Errorf("start profile %s: %w", name, err)
+		}
+		stops = append(stops, func() error {
+			end()
+			if err := f.Close(); err != nil {
+				return fmt.Errorf("close profile %s: %w", name, err)
+			}
+			return nil
+		})
+		return nil
+	}
+	if traceFile != "" {
+		if err := start(traceFile, trace.Start, trace.Stop); err != nil {
+			return nil, err
+		}
+	}
+	if cpuFile != "" {
+		if err := start(cpuFile, pprof.StartCPUProfile, pprof.StopCPUProfile); err != nil {
+			return nil, errors.Join(err, stop())
+		}
+	}
+	return stop, nil
 }
 
 // isTerminal reports whether w is a character device (a terminal).

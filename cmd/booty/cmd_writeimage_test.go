@@ -9,11 +9,15 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/booty-dev/booty/pkg/image"
 )
 
 func TestRunWriteImage(t *testing.T) {
@@ -145,5 +149,91 @@ func TestWriteImageInsecureHTTP(t *testing.T) {
 	}
 	if strings.Count(stderr.String(), "plain HTTP allowed") != 1 {
 		t.Errorf("want one warning about plain HTTP:\n%s", stderr.String())
+	}
+}
+
+// The hidden --debug-trace and --debug-cpuprofile flags write a
+// runtime/trace and a CPU profile of the write (readable by go tool trace
+// and go tool pprof), are not listed by --help, and an unwritable profile
+// path fails before anything is written.
+func TestWriteImageProfiles(t *testing.T) {
+	dir := t.TempDir()
+	img := bytes.Repeat([]byte("profiled image "), 300000)
+	src := filepath.Join(dir, "image.raw")
+	if err := os.WriteFile(src, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(img)
+	ck := "sha256:" + hex.EncodeToString(sum[:])
+	traceFile, cpuFile := filepath.Join(dir, "w.trace"), filepath.Join(dir, "w.pprof")
+	target := filepath.Join(dir, "target")
+	var stdout, stderr bytes.Buffer
+	args := []string{"--source", src, "--target", target, "--image-checksum", ck, "--debug-trace", traceFile, "--debug-cpuprofile", cpuFile}
+	if code := runWriteImage(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	if got, _ := os.ReadFile(target); !bytes.Equal(got, img) {
+		t.Error("target does not hold the image")
+	}
+	tr, _ := os.ReadFile(traceFile)
+	if !bytes.HasPrefix(tr, []byte("go 1.")) || len(tr) < 1000 {
+		t.Errorf("trace file: %d bytes starting %q, want a runtime/trace", len(tr), tr[:min(len(tr), 16)])
+	}
+	prof, _ := os.ReadFile(cpuFile)
+	if !bytes.HasPrefix(prof, []byte{0x1f, 0x8b}) {
+		t.Errorf("CPU profile: %d bytes, want a gzipped pprof profile", len(prof))
+	}
+
+	stderr.Reset()
+	runWriteImage(context.Background(), []string{"--help"}, &stdout, &stderr)
+	if strings.Contains(stderr.String(), "debug-") {
+		t.Errorf("--help lists the hidden profiling flags:\n%s", stderr.String())
+	}
+
+	stderr.Reset()
+	target2 := filepath.Join(dir, "target2")
+	args = []string{"--source", src, "--target", target2, "--image-checksum", ck, "--debug-trace", filepath.Join(dir, "no", "such", "dir", "t")}
+	if code := runWriteImage(context.Background(), args, &stdout, &stderr); code != 1 {
+		t.Errorf("unwritable trace path: exit %d, want 1\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "create profile") {
+		t.Errorf("stderr does not name the profile file:\n%s", stderr.String())
+	}
+	if _, err := os.Stat(target2); err == nil {
+		t.Error("target written although the profile could not be created")
+	}
+}
+
+// While it writes, write-image runs with image.Procs Ps (more than cores,
+// so the fetch is not starved of one), and restores GOMAXPROCS after;
+// GOMAXPROCS in the environment is left alone.
+func TestWriteImageProcs(t *testing.T) {
+	img := bytes.Repeat([]byte("procs "), 100000)
+	sum := sha256.Sum256(img)
+	var during atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		during.Store(int32(runtime.GOMAXPROCS(0))) // same process: the server runs during the write
+		w.Write(img)
+	}))
+	defer srv.Close()
+	before := runtime.GOMAXPROCS(0)
+	for _, env := range []string{"", strconv.Itoa(before)} {
+		t.Setenv("GOMAXPROCS", env)
+		target := filepath.Join(t.TempDir(), "target")
+		args := []string{"--source", srv.URL + "/img", "--target", target, "--insecure-http", "--image-checksum", "sha256:" + hex.EncodeToString(sum[:])}
+		var stdout, stderr bytes.Buffer
+		if code := runWriteImage(context.Background(), args, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr.String())
+		}
+		want := image.Procs(runtime.NumCPU())
+		if env != "" {
+			want = before
+		}
+		if got := int(during.Load()); got != want {
+			t.Errorf("GOMAXPROCS=%q: %d Ps during the write, want %d", env, got, want)
+		}
+		if after := runtime.GOMAXPROCS(0); after != before {
+			t.Errorf("GOMAXPROCS=%q: %d Ps after the write, want %d as before", env, after, before)
+		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // TestMain lets the test binary serve as the decoder helper, as the bench
@@ -285,5 +287,30 @@ func assertNoLoop(t *testing.T, dir string) {
 	left, _ := os.ReadDir(dir)
 	if len(left) > 0 {
 		t.Errorf("files left in %s: %v", dir, left)
+	}
+}
+
+// The decoder helper, now with booty's zstd options, decodes a zstd file
+// and prints the decoded bytes' sha256.
+func TestHelperDecodesZstd(t *testing.T) {
+	img := bytes.Repeat([]byte("floor "), 1<<20) // 6 MiB
+	var comp bytes.Buffer
+	zw, err := zstd.NewWriter(&comp, zstd.WithWindowSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(img)
+	zw.Close()
+	p := filepath.Join(t.TempDir(), "img.zst")
+	if err := os.WriteFile(p, comp.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := helperMain([]string{"zstd", p, "sha256"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("helper: exit %d: %s", code, stderr.String())
+	}
+	sum := sha256.Sum256(img)
+	if got := strings.TrimSpace(stdout.String()); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("helper printed %q, want the image's sha256", got)
 	}
 }

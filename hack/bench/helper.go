@@ -10,14 +10,17 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/booty-dev/booty/pkg/image"
 )
 
 // helperEnv, set to "decode" in the environment, turns this binary into
 // the decoder helper (see helperMain).
 const helperEnv = "BOOTY_BENCH_HELPER"
 
-// helperMain decodes one file with the Go decoders booty uses, with their
-// default options as in pkg/image, and discards the output:
+// helperMain decodes one file with the Go decoders booty uses, with the
+// options pkg/image gives them (zstd on one goroutine, image.ZstdOptions;
+// gzip's defaults), and discards the output:
 //
 //	FORMAT FILE [sha256]
 //
@@ -39,7 +42,7 @@ func helperMain(args []string, stdout, stderr io.Writer) int {
 	br := bufio.NewReaderSize(f, 1<<20)
 	switch args[0] {
 	case "zstd":
-		zr, err := zstd.NewReader(br)
+		zr, err := zstd.NewReader(br, image.ZstdOptions()...)
 		if err != nil {
 			fmt.Fprintf(stderr, "bench helper: open zstd stream %s: %v\n", args[1], err)
 			return 1

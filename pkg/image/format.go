@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -39,6 +40,10 @@ const (
 // goroutine decodes faster (4.2 GB/s) than two (3.0 GB/s) on 2 cores, since
 // the pipeline keeps the other core busy; see BenchmarkDecoders.
 var zstdOptions = []zstd.DOption{zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(false), zstd.WithDecoderMaxWindow(128 << 20)}
+
+// ZstdOptions returns the zstd decoder options Write uses, so a benchmark
+// of the decoder alone (hack/bench's floor) times the same decoder.
+func ZstdOptions() []zstd.DOption { return slices.Clone(zstdOptions) }
 
 // magicLen is how many leading bytes DetectFormat and sizeHintFromHeader
 // want to see; fewer are fine for short images.

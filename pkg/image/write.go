@@ -2,6 +2,7 @@ package image
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -276,7 +277,15 @@ func (w *writer) run() (Result, error) {
 	if w.limit >= 0 && hint > w.limit {
 		return res(), fmt.Errorf("write %s to %s: image needs at least %d bytes (%s), target has %d: %w", w.srcName, w.name, hint, from, w.limit, ErrTargetTooSmall)
 	}
-	dec, closeDec, err := openDecoder(format, br, w.o)
+	in := io.Reader(br)
+	if format == FormatZstd {
+		// zstd reads whole blocks into its own buffers: after the bytes
+		// the peek buffered, it reads the fetched blocks directly instead
+		// of through a second copy into br.
+		buffered, _ := br.Peek(br.Buffered())
+		in = io.MultiReader(bytes.NewReader(buffered), w.blocks)
+	}
+	dec, closeDec, err := openDecoder(format, in, w.o)
 	if err != nil {
 		if e := w.blocks.srcErr(); e != nil {
 			return res(), classifyFetch(w.ctx, e)
@@ -292,7 +301,7 @@ func (w *writer) run() (Result, error) {
 		"target_size", w.limit, "direct", direct, "fresh_target", w.fresh, "bmap", w.bmap != nil)
 
 	rep := startReporter(w.o.Progress, w.o.ProgressInterval, hint, &w.written, w.fail)
-	err = w.stream(dec, br)
+	err = w.stream(dec, in)
 	rep.finish()
 
 	r := res()

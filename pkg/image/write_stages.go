@@ -1,7 +1,6 @@
 package image
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +17,9 @@ import (
 
 // stream runs the pipeline to the end: decompress into chunks, hash them,
 // dispatch them to the writers, then verify and write what was held back.
-func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
+// dec is the decoder, in its input (what follows the stream is drained
+// from it).
+func (w *writer) stream(dec, in io.Reader) error {
 	w.head = make([]byte, HoldBack)
 	w.free = make(chan []byte, w.o.Buffers)
 	for range w.o.Buffers {
@@ -31,7 +32,7 @@ func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
 	w.zeroChunk = zc
 	decOut := make(chan *chunk, 2)
 	hashOut := make(chan *chunk, 2)
-	w.stages.Go(func() { w.decodeLoop(dec, br, decOut) })
+	w.stages.Go(func() { w.decodeLoop(dec, in, decOut) })
 	w.stages.Go(func() { w.hashLoop(decOut, hashOut) })
 	w.jobs = make(chan job, w.o.Writers)
 	for range w.o.Writers {
@@ -65,7 +66,7 @@ func (w *writer) stream(dec io.Reader, br *bufio.Reader) error {
 // hand out their own buffers (zstd, gzip, and a raw image through the
 // blockReader) write into the chunker without an extra copy; others are
 // read through a small buffer.
-func (w *writer) decodeLoop(dec io.Reader, br *bufio.Reader, out chan<- *chunk) {
+func (w *writer) decodeLoop(dec, in io.Reader, out chan<- *chunk) {
 	defer close(out)
 	defer safego.Recover("decode "+w.srcName, w.fail)
 	k := &chunker{w: w, out: out, size: w.o.ChunkSize}
@@ -82,7 +83,7 @@ func (w *writer) decodeLoop(dec io.Reader, br *bufio.Reader, out chan<- *chunk) 
 	case rerr == nil:
 		w.decErr = k.send(true)
 		if w.decErr == nil {
-			w.decErr = w.drain(br, total)
+			w.decErr = w.drain(in, total)
 		}
 		return
 	}
@@ -234,10 +235,11 @@ func (w *writer) dispatch(in <-chan *chunk) error {
 	return nil
 }
 
-// drain reads what follows the compressed stream so the source digest
-// covers the whole served file, and checks the image is not empty.
-func (w *writer) drain(br *bufio.Reader, total int64) error {
-	n, err := io.Copy(io.Discard, br)
+// drain reads what follows the compressed stream in in, the decoder's
+// input, so the source digest covers the whole served file, and checks the
+// image is not empty.
+func (w *writer) drain(in io.Reader, total int64) error {
+	n, err := io.Copy(io.Discard, in)
 	if err != nil {
 		return classifyFetch(w.ctx, fmt.Errorf("read %s after the %s stream: %w", w.srcName, w.format, err))
 	}

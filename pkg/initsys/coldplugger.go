@@ -109,6 +109,7 @@ func (c *coldplugger) run() {
 		c.fail(fmt.Errorf("coldplug: %w", err))
 	}
 	c.handle(devs)
+	c.log.Info("coldplug started", "devices", len(devs), "loading", len(c.jobs), "events", c.src != nil)
 	c.checkNet()
 
 	deadline := time.NewTimer(c.timeout)

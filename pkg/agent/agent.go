@@ -162,9 +162,20 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		a.Log.Info("random number sources", "rdrand", s.RDRAND, "hwrng", s.HWRNG, "crng_ready", s.Ready)
 	}
 
-	a.waitDevices(ctx)
-	cfg, prov := a.localConfig(ctx)
-	netRes, netErr := a.network(ctx, cfg)
+	var cfg *config.MachineConfig
+	var prov config.Provider
+	var netRes *network.Result
+	var netErr error
+	if a.networkNeedsNoLocalConfig() {
+		// The network comes up while the storage drivers still load.
+		netRes, netErr = a.network(ctx, nil)
+		a.waitDevices(ctx)
+		cfg, prov = a.localConfig(ctx)
+	} else {
+		a.waitDevices(ctx)
+		cfg, prov = a.localConfig(ctx)
+		netRes, netErr = a.network(ctx, cfg)
+	}
 	if netErr != nil {
 		// Not fatal: a config drive or /deploy still works without network.
 		a.Log.Warn("network not configured; continuing", "error", netErr)
@@ -255,6 +266,20 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	}
 	a.completeCommand(ctx, prov, nil)
 	return h
+}
+
+// networkNeedsNoLocalConfig reports whether the network plan is known
+// before the local providers are asked: ip= on the kernel command line
+// decides it (planNetwork puts it first), and booty.config= means no local
+// provider is asked at all. Then the network comes up while the storage
+// drivers load; otherwise a config drive, which needs every disk, may
+// hold the network config, and the network waits for it.
+func (a *Agent) networkNeedsNoLocalConfig() bool {
+	if _, ok := a.Cmdline.Get(provider.CmdlineIP); ok {
+		return true
+	}
+	src, ok := a.Cmdline.Get(provider.CmdlineConfig)
+	return ok && src != ""
 }
 
 // DevicesTimeout bounds the wait for the coldplug before the agent looks

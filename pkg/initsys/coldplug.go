@@ -31,12 +31,13 @@ func ScanDevices(sysDir string) ([]Device, error) {
 	}
 	seen := map[string]bool{}
 	var out []Device
+	buf := make([]byte, 4096)
 	for _, b := range buses {
 		dir := filepath.Join(sysDir, "bus", b.Name(), "devices")
 		es, _ := os.ReadDir(dir)
 		for _, e := range es {
 			p := filepath.Join(dir, e.Name())
-			alias := readModalias(p)
+			alias := readModalias(p, buf)
 			if alias == "" {
 				continue
 			}
@@ -56,13 +57,15 @@ func ScanDevices(sysDir string) ([]Device, error) {
 	return out, nil
 }
 
-// readModalias reads dev/modalias, or the MODALIAS= line of dev/uevent.
-func readModalias(dev string) string {
-	if b, err := os.ReadFile(filepath.Join(dev, "modalias")); err == nil {
+// readModalias reads dev/modalias, or the MODALIAS= line of dev/uevent,
+// through buf: one open, one read and one close per file (a sysfs
+// attribute comes whole in one read), which matters under emulation.
+func readModalias(dev string, buf []byte) string {
+	if b, ok := readSmall(filepath.Join(dev, "modalias"), buf); ok {
 		return strings.TrimSpace(string(b))
 	}
-	b, err := os.ReadFile(filepath.Join(dev, "uevent"))
-	if err != nil {
+	b, ok := readSmall(filepath.Join(dev, "uevent"), buf)
+	if !ok {
 		return ""
 	}
 	for _, l := range strings.Split(string(b), "\n") {
@@ -71,6 +74,20 @@ func readModalias(dev string) string {
 		}
 	}
 	return ""
+}
+
+// readSmall reads at most len(buf) bytes of a file with one read.
+func readSmall(p string, buf []byte) ([]byte, bool) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	n, err := f.Read(buf)
+	if err != nil && n == 0 {
+		return nil, false
+	}
+	return buf[:n], true
 }
 
 // netModalias reports whether a modalias is a network controller's: PCI

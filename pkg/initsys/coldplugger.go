@@ -321,15 +321,19 @@ func (c *coldplugger) markSettled(start time.Time) {
 }
 
 // Stop ends hotplug and waits for run to return (once; later calls return
-// at once); loads in flight finish in the kernel on their own.
+// at once); loads in flight finish in the kernel on their own. The source
+// is closed once hotplug's wait on it ends (within its 500 ms bound), in
+// the background, so a handoff does not wait for that.
 func (c *coldplugger) Stop() {
 	c.stopOnce.Do(func() {
 		close(c.stop)
 		<-c.finished
-		c.waiter.Wait()
-		if c.src != nil {
-			c.src.Close()
-		}
+		go func() {
+			c.waiter.Wait()
+			if c.src != nil {
+				c.src.Close()
+			}
+		}()
 	})
 }
 

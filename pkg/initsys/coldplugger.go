@@ -60,6 +60,7 @@ type coldplugger struct {
 	// Owned by run.
 	requested map[string]bool
 	jobs      map[string]*coldplugJob
+	deferred  []string
 	netPaths  []string
 	done      chan coldplugResult
 	sem       chan struct{}
@@ -148,6 +149,7 @@ func (c *coldplugger) run() {
 		}
 		c.checkNet()
 	}
+	c.startDeferred()
 	if c.src == nil {
 		return
 	}
@@ -221,9 +223,16 @@ func (c *coldplugger) poll() ([]Device, error) {
 // handle starts the loads the devices need that are neither loaded nor
 // asked for yet; a network device's load is marked as one NetReady waits
 // for, also when a load of that module is already in flight.
+//
+// Before coldplug settles, the drivers of CPU features (cpu: modaliases:
+// crc32c_intel, crct10dif_pclmul and the like, faster crypto and
+// checksums the kernel switches to when they come) are put off until it
+// did: nothing needs them to find disks and NICs, and under emulation
+// their crypto self-tests take CPU from the loads on the boot's path.
 func (c *coldplugger) handle(devs []Device) {
 	for _, d := range devs {
 		net := c.isNet(d)
+		later := !isClosed(c.settled) && strings.HasPrefix(d.Modalias, "cpu:")
 		for _, m := range c.match(d.Modalias) {
 			if c.requested[m] {
 				if j := c.jobs[m]; j != nil && net {
@@ -231,7 +240,32 @@ func (c *coldplugger) handle(devs []Device) {
 				}
 				continue
 			}
+			if later {
+				c.requested[m] = true
+				c.deferred = append(c.deferred, m)
+				continue
+			}
 			c.start(m, net)
+		}
+	}
+}
+
+// startDeferred starts the loads handle put off; without a device source
+// (no hotplug after this) it waits for them, or for Stop.
+func (c *coldplugger) startDeferred() {
+	for _, m := range c.deferred {
+		c.start(m, false)
+	}
+	c.deferred = nil
+	if c.src != nil {
+		return
+	}
+	for len(c.jobs) > 0 {
+		select {
+		case r := <-c.done:
+			c.finish(r)
+		case <-c.stop:
+			return
 		}
 	}
 }

@@ -93,6 +93,8 @@ func match(a string) []string {
 		return []string{"virtio_blk"}
 	case "usb:v0BDAp8153d3000dc00dsc00dp00icFFiscFFip00in00":
 		return []string{"r8152"}
+	case "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0094":
+		return []string{"crc32c_intel", "crct10dif_pclmul"}
 	}
 	return nil
 }
@@ -260,6 +262,38 @@ func TestColdplugTimeout(t *testing.T) {
 	defer cancel()
 	if err := wait(ctx, c.netReady); err != nil {
 		t.Error("network not ready after the bound")
+	}
+}
+
+// The CPU feature drivers load after coldplug settled, not beside the
+// drivers the boot waits for; they still load, with or without events.
+func TestColdplugCPUFeaturesLater(t *testing.T) {
+	for _, events := range []bool{true, false} {
+		k := q35(events)
+		k.devices = append(k.devices, Device{"/devices/system/cpu/cpu0", "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0094"})
+		c := newTestColdplugger(t, k)
+		var mu sync.Mutex
+		early := map[string]bool{}
+		c.load = func(m string) ([]string, error) {
+			mu.Lock()
+			early[m] = !isClosed(c.settled)
+			mu.Unlock()
+			return k.load(m)
+		}
+		go c.run()
+		waitClosed(t, "coldplug", c.settled)
+		deadline := time.Now().Add(30 * time.Second)
+		for !k.present("crc32c_intel") || !k.present("crct10dif_pclmul") {
+			if time.Now().After(deadline) {
+				t.Fatalf("events=%v: CPU feature drivers never loaded: %v", events, k.loaded)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		if early["crc32c_intel"] || early["crct10dif_pclmul"] || !early["ahci"] {
+			t.Errorf("events=%v: loaded before settling: %v, want ahci only among these", events, early)
+		}
+		mu.Unlock()
 	}
 }
 

@@ -228,7 +228,8 @@ func (c *coldplugger) poll() ([]Device, error) {
 // crc32c_intel, crct10dif_pclmul and the like, faster crypto and
 // checksums the kernel switches to when they come) are put off until it
 // did: nothing needs them to find disks and NICs, and under emulation
-// their crypto self-tests take CPU from the loads on the boot's path.
+// their crypto self-tests take CPU from the loads on the boot's path;
+// they then load at the lowest CPU priority.
 func (c *coldplugger) handle(devs []Device) {
 	for _, d := range devs {
 		net := c.isNet(d)
@@ -250,11 +251,12 @@ func (c *coldplugger) handle(devs []Device) {
 	}
 }
 
-// startDeferred starts the loads handle put off; without a device source
-// (no hotplug after this) it waits for them, or for Stop.
+// startDeferred starts the loads handle put off, at the lowest CPU
+// priority (the agent's network and config fetch come first); without a
+// device source (no hotplug after this) it waits for them, or for Stop.
 func (c *coldplugger) startDeferred() {
 	for _, m := range c.deferred {
-		c.start(m, false)
+		c.startLoad(m, false, true)
 	}
 	c.deferred = nil
 	if c.src != nil {
@@ -285,13 +287,21 @@ func (c *coldplugger) isNet(d Device) bool {
 	return false
 }
 
-func (c *coldplugger) start(m string, net bool) {
+func (c *coldplugger) start(m string, net bool) { c.startLoad(m, net, false) }
+
+// startLoad starts the load of m in a goroutine; a low one runs on a
+// thread of its own at the lowest CPU priority (lowPriority), so it takes
+// only CPU time nothing else wants.
+func (c *coldplugger) startLoad(m string, net, low bool) {
 	c.requested[m] = true
 	if c.present(m) {
 		return
 	}
 	c.jobs[m] = &coldplugJob{module: m, net: net}
 	go func() {
+		if low {
+			lowPriority()
+		}
 		select {
 		case c.sem <- struct{}{}:
 		case <-c.stop:

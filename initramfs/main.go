@@ -39,7 +39,7 @@ func run(args []string, stderr io.Writer) int {
 		deploy      = fs.String("deploy", "", "directory copied to /deploy in the initramfs")
 		extras      = fs.StringArray("extra", nil, "extra file or directory as SRC:DST (repeatable)")
 		ca          = fs.String("ca-certs", "", `CA bundle for /etc/ssl/certs/ca-certificates.crt (default: the host's; "-" for none)`)
-		compression = fs.String("compression", "", "zstd, gzip or none (default: zstd if the kernel config has CONFIG_RD_ZSTD=y, else gzip)")
+		compression = fs.String("compression", "", "lz4, zstd, gzip or none (default: lz4 if the kernel config has CONFIG_RD_LZ4=y, else zstd if CONFIG_RD_ZSTD=y, else gzip)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: go run ./initramfs --booty PATH --out PATH [flags]\n\nBuilds the booty initramfs: /init, kernel modules with their dependencies,\nmodules metadata, CA bundle, optional /deploy and extra files.\n\nFlags:\n")

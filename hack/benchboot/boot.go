@@ -92,14 +92,15 @@ type milestone struct {
 }
 
 // milestones in boot order. The agent has no line of its own for "PID 1
-// started" (its first line comes from the first module it loads, and
-// "booty agent starting" only after bringup) nor for "first image byte":
+// started" (its first line, "coldplug started", comes once the device scan
+// is done) nor for "first image byte":
 // the kernel's "Run /init" and the image writer's "writing image" stand in.
 var milestones = []milestone{
 	{Name: "kernel start", Note: "printk time 0"},
-	{Name: "agent (PID 1) start", Kernel: "Run /init as init process", Note: `kernel: "Run /init as init process" (booty logs nothing before its first module load)`},
+	{Name: "agent (PID 1) start", Kernel: "Run /init as init process", Note: `kernel: "Run /init as init process" (booty's first line, "coldplug started", comes after the Go runtime's start, the early mounts and the device scan)`},
 	{Name: "first agent line", Msg: "*", Info: true, Note: "the agent's first console line"},
-	{Name: "modules loaded (coldplug done)", Msg: "bringup done", Note: `initsys: "bringup done", right after the last coldplug pass and its settle pause`},
+	{Name: "network drivers loaded", Msg: "network drivers loaded", Info: true, Note: `initsys: "network drivers loaded", the NIC drivers in (bringup returns; storage drivers still load)`},
+	{Name: "modules loaded (coldplug done)", Msg: "coldplug done", Note: `initsys: "coldplug done", when the last driver load of the coldplug ended (the agent waits for it before it looks at disks)`},
 	{Name: "network up", Msg: "network up", Note: `agent: "network up"`},
 	{Name: "config loaded", Msg: "config loaded", Note: `agent: "config loaded"`},
 	{Name: "first image byte", Msg: "writing image", Note: `image: "writing image", logged once the first bytes arrived and the format was detected (no first-byte line of its own)`},

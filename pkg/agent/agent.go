@@ -79,6 +79,10 @@ type Agent struct {
 	// CarrierLinks lists the physical links with carrier, listened on for
 	// LLDP besides the agent's own; nil lists none.
 	CarrierLinks func() []string
+	// WaitDevices waits until the coldplug loaded every driver (all disks
+	// are there); Run calls it before anything looks at block devices
+	// (config drives, disk selection). nil does not wait.
+	WaitDevices func(ctx context.Context) error
 
 	// neighbours is what the LLDP listen heard; the hardware reports read it.
 	neighbours neighbours
@@ -105,7 +109,8 @@ func New(sys *initsys.System) *Agent {
 			case <-ctx.Done():
 			}
 		},
-		ListenLLDP: inventory.WatchLLDP,
+		ListenLLDP:  inventory.WatchLLDP,
+		WaitDevices: sys.WaitColdplug,
 	}
 	a.Failures = newFailureMemory(bootloader.EFIVars{Log: a.Log})
 	a.FindConfigDrives = (&provider.ConfigDriveProvider{Log: a.Log}).Find
@@ -157,8 +162,20 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		a.Log.Info("random number sources", "rdrand", s.RDRAND, "hwrng", s.HWRNG, "crng_ready", s.Ready)
 	}
 
-	cfg, prov := a.localConfig(ctx)
-	netRes, netErr := a.network(ctx, cfg)
+	var cfg *config.MachineConfig
+	var prov config.Provider
+	var netRes *network.Result
+	var netErr error
+	if a.networkNeedsNoLocalConfig() {
+		// The network comes up while the storage drivers still load.
+		netRes, netErr = a.network(ctx, nil)
+		a.waitDevices(ctx)
+		cfg, prov = a.localConfig(ctx)
+	} else {
+		a.waitDevices(ctx)
+		cfg, prov = a.localConfig(ctx)
+		netRes, netErr = a.network(ctx, cfg)
+	}
 	if netErr != nil {
 		// Not fatal: a config drive or /deploy still works without network.
 		a.Log.Warn("network not configured; continuing", "error", netErr)
@@ -249,6 +266,37 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 	}
 	a.completeCommand(ctx, prov, nil)
 	return h
+}
+
+// networkNeedsNoLocalConfig reports whether the network plan is known
+// before the local providers are asked: ip= on the kernel command line
+// decides it (planNetwork puts it first), and booty.config= means no local
+// provider is asked at all. Then the network comes up while the storage
+// drivers load; otherwise a config drive, which needs every disk, may
+// hold the network config, and the network waits for it.
+func (a *Agent) networkNeedsNoLocalConfig() bool {
+	if _, ok := a.Cmdline.Get(provider.CmdlineIP); ok {
+		return true
+	}
+	src, ok := a.Cmdline.Get(provider.CmdlineConfig)
+	return ok && src != ""
+}
+
+// DevicesTimeout bounds the wait for the coldplug before the agent looks
+// at block devices anyway.
+const DevicesTimeout = 2 * time.Minute
+
+// waitDevices waits (bounded by DevicesTimeout) for WaitDevices; when it
+// does not finish, the agent goes on with the disks there are, and says so.
+func (a *Agent) waitDevices(ctx context.Context) {
+	if a.WaitDevices == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, DevicesTimeout)
+	defer cancel()
+	if err := a.WaitDevices(ctx); err != nil {
+		a.Log.Warn("drivers still loading; going on with the devices there are", "error", err)
+	}
 }
 
 // commandCompleter is a provider that gave a command's config (bootyd's)

@@ -210,3 +210,43 @@ func TestConfigDrivesScannedOnce(t *testing.T) {
 		t.Errorf("boot devices after a failed scan %v, want none", devs)
 	}
 }
+
+// The network waits for the coldplug (every disk there) when a config
+// drive may still decide it, and comes up while the storage drivers load
+// when the kernel command line decides it (ip=) or names the config
+// (booty.config=, no local provider asked).
+func TestNetworkOverlapsColdplug(t *testing.T) {
+	for _, tt := range []struct {
+		cmdline string
+		want    []string
+	}{
+		{"booty.server=http://10.0.2.2:8080", []string{"devices settled", "local config", "network"}},
+		{"booty.server=http://10.0.2.2:8080 ip=dhcp", []string{"network", "devices settled", "local config"}},
+		{"booty.config=http://10.0.2.2:8080/c.yaml", []string{"network", "devices settled"}},
+	} {
+		t.Run(tt.cmdline, func(t *testing.T) {
+			var mu sync.Mutex
+			var order []string
+			note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+			a, _, _, _ := testAgent(t, tt.cmdline, cfgWith(nil), nil, &fakePipeline{})
+			configure := a.ConfigureNetwork
+			a.ConfigureNetwork = func(ctx context.Context, o network.Options) (*network.Result, error) {
+				note("network")
+				return configure(ctx, o)
+			}
+			a.WaitDevices = func(context.Context) error { note("devices settled"); return nil }
+			a.LoadLocalConfig = func(context.Context, provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
+				note("local config")
+				return nil, nil, config.ErrNoConfig
+			}
+			if h := a.Run(context.Background()); h.Action != initsys.Poweroff {
+				t.Fatalf("handoff %v, want poweroff", h.Action)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.Join(order, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("order %v, want %v", order, tt.want)
+			}
+		})
+	}
+}

@@ -1,5 +1,5 @@
 // Package initramfs assembles the booty initramfs: a newc cpio archive,
-// compressed with zstd or gzip, holding /init (the booty binary), the
+// compressed with zstd, gzip or lz4 (or not), holding /init (the booty binary), the
 // kernel modules of a module list closed over their dependencies with the
 // depmod metadata rewritten for that subset, the modules-load list, the CA
 // bundle and optional /deploy contents. Archives are written with u-root's
@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 	"github.com/u-root/mkuimage/cpio"
 	uinitramfs "github.com/u-root/mkuimage/uimage/initramfs"
 
@@ -30,10 +31,13 @@ import (
 type Compression string
 
 const (
-	// Auto picks zstd when the kernel config has CONFIG_RD_ZSTD=y, else gzip.
+	// Auto picks what CompressionFor says for the kernel's config.
 	Auto Compression = ""
 	Zstd Compression = "zstd"
 	Gzip Compression = "gzip"
+	// Lz4 is the legacy LZ4 frame format the kernel unpacks
+	// (CONFIG_RD_LZ4): larger than zstd, several times faster to unpack.
+	Lz4  Compression = "lz4"
 	None Compression = "none"
 )
 
@@ -308,6 +312,10 @@ func writeArchive(files *uinitramfs.Files, out string, comp Compression, res *Re
 		zw, err = zstd.NewWriter(compressed, zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
 	case Gzip:
 		zw, err = gzip.NewWriterLevel(compressed, gzip.BestCompression)
+	case Lz4:
+		w := lz4.NewWriter(compressed)
+		err = w.Apply(lz4.LegacyOption(true), lz4.CompressionLevelOption(lz4.Level9))
+		zw = w
 	case None:
 		zw = nopCloser{compressed}
 	default:
@@ -358,18 +366,27 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// CompressionFor reads a kernel config and returns Zstd when it has
-// CONFIG_RD_ZSTD=y, else Gzip (which every distribution kernel unpacks).
-// An unreadable config gives Gzip.
+// CompressionFor reads a kernel config and returns Lz4 when it has
+// CONFIG_RD_LZ4=y, else Zstd when it has CONFIG_RD_ZSTD=y, else Gzip
+// (which every distribution kernel unpacks). Lz4 comes first for boot
+// time: the kernel unpacks the initramfs before it starts /init, and under
+// emulation (make bench-boot, TCG) the 37 MiB archive took a median 0.89 s
+// to unpack from zstd, 0.48 s from lz4 and 0.31 s uncompressed, for 10.5,
+// 13.7 and 35.4 MiB to fetch. An unreadable config gives Gzip.
 func CompressionFor(configPath string) Compression {
 	b, err := os.ReadFile(configPath)
 	if err != nil {
 		return Gzip
 	}
+	have := map[string]bool{}
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(l) == "CONFIG_RD_ZSTD=y" {
-			return Zstd
-		}
+		have[strings.TrimSpace(l)] = true
+	}
+	switch {
+	case have["CONFIG_RD_LZ4=y"]:
+		return Lz4
+	case have["CONFIG_RD_ZSTD=y"]:
+		return Zstd
 	}
 	return Gzip
 }

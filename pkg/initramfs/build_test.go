@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 	"github.com/u-root/mkuimage/cpio"
 
 	"github.com/booty-dev/booty/pkg/initsys/kmod"
@@ -99,6 +100,12 @@ func readArchive(t *testing.T, path string, comp Compression) map[string]cpio.Re
 		if r, err = gzip.NewReader(r); err != nil {
 			t.Fatal(err)
 		}
+	case Lz4:
+		// The kernel unpacks only the legacy frame format (magic 0x184C2102).
+		if len(b) < 4 || !bytes.Equal(b[:4], []byte{0x02, 0x21, 0x4c, 0x18}) {
+			t.Fatalf("lz4 archive starts with % x, want the legacy frame magic 02 21 4c 18", b[:min(4, len(b))])
+		}
+		r = lz4.NewReader(r)
 	}
 	raw, err := io.ReadAll(r)
 	if err != nil {
@@ -144,7 +151,7 @@ func TestBuild(t *testing.T) {
 	extra := filepath.Join(work, "motd")
 	os.WriteFile(extra, []byte("hi"), 0o644)
 
-	for _, comp := range []Compression{Auto, Gzip, None} {
+	for _, comp := range []Compression{Auto, Gzip, Lz4, None} {
 		name := string(comp)
 		if comp == Auto {
 			name = "auto"
@@ -337,9 +344,13 @@ func TestNewestKernelAndCompression(t *testing.T) {
 	if c := CompressionFor(cfg); c != Gzip {
 		t.Errorf("CompressionFor without zstd = %s", c)
 	}
-	os.WriteFile(cfg, []byte("CONFIG_RD_GZIP=y\nCONFIG_RD_ZSTD=y\n"), 0o644)
+	os.WriteFile(cfg, []byte("CONFIG_RD_GZIP=y\nCONFIG_RD_ZSTD=y\n# CONFIG_RD_LZ4 is not set\n"), 0o644)
 	if c := CompressionFor(cfg); c != Zstd {
 		t.Errorf("CompressionFor with zstd = %s", c)
+	}
+	os.WriteFile(cfg, []byte("CONFIG_RD_GZIP=y\nCONFIG_RD_LZ4=y\nCONFIG_RD_ZSTD=y\n"), 0o644)
+	if c := CompressionFor(cfg); c != Lz4 {
+		t.Errorf("CompressionFor with lz4 and zstd = %s, want lz4 (faster to unpack)", c)
 	}
 	if _, err := ParseExtra("nocolon"); err == nil {
 		t.Error("ParseExtra without colon succeeded")

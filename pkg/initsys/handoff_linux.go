@@ -79,6 +79,9 @@ func (s *System) Handoff(h Handoff) error {
 	default:
 		return fmt.Errorf("handoff: unknown action %v", h.Action)
 	}
+	if s.coldplug != nil {
+		s.coldplug.Stop() // no module loads behind the handoff's back
+	}
 	s.Sys.Sync()
 	s.unmountDisks()
 	s.Sys.Sync()

@@ -2,7 +2,7 @@ package initsys
 
 import (
 	"bufio"
-	"errors"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,6 +39,9 @@ type Syscalls struct {
 	// InitModule loads one module file (see kmod.Loader.Init); nil keeps
 	// the kmod default.
 	InitModule func(path, params string) error
+	// Uevents opens the kernel's device events for coldplug; nil makes
+	// coldplug scan /sys again after every module load instead.
+	Uevents func() (deviceSource, error)
 }
 
 // RealSyscalls returns Syscalls that call the kernel.
@@ -52,6 +55,7 @@ func RealSyscalls() Syscalls {
 		KexecFileLoad: unix.KexecFileLoad,
 		Reboot:        unix.Reboot,
 		Hold:          holdForever,
+		Uevents:       openUevents,
 	}
 }
 
@@ -76,11 +80,11 @@ type Options struct {
 	Log *slog.Logger
 	// NoColdplug skips module loading entirely.
 	NoColdplug bool
-	// ColdplugPasses bounds the scan-and-load rounds (default 6);
-	// ColdplugSettle bounds the wait after a round for drivers that probe
-	// asynchronously (default 300ms).
-	ColdplugPasses int
-	ColdplugSettle time.Duration
+	// ColdplugTimeout bounds the wait for all module loads of the
+	// coldplug (default 2 minutes); NetworkDriversTimeout bounds how long
+	// Bringup waits for the network drivers (default 1 minute).
+	ColdplugTimeout       time.Duration
+	NetworkDriversTimeout time.Duration
 	// NoReaper leaves orphan reaping to the caller.
 	NoReaper bool
 	// Sys replaces the real syscalls (tests).
@@ -99,25 +103,27 @@ type System struct {
 	// Modules loads modules of the running kernel; nil when the initramfs
 	// has none for it.
 	Modules *kmod.Loader
-	// LoadedModules are the modules loaded during bringup, in order.
-	LoadedModules []string
-	Reaper        *Reaper
-	Sys           Syscalls
+	Reaper  *Reaper
+	Sys     Syscalls
 	// Mounts are the results of the mount table.
 	Mounts []MountResult
 
-	opts    Options
-	mounted []string
+	opts     Options
+	mounted  []string
+	coldplug *coldplugger
 }
 
 // Bringup makes the initramfs a working system, in this order: mounts the
 // early table (a failing fatal mount returns the error at once; best-effort
 // ones are logged with their reason), reads the kernel command line, opens
 // the consoles and the logger on them, sets the hostname, starts the
-// reaper, loads the modules of /etc/booty/modules-load, coldplugs modules
-// for present devices until no new module appears, then mounts the
-// AfterModules entries. Module and best-effort failures are logged, not
-// returned: a machine with a missing NIC driver can still report.
+// reaper, starts the coldplug in the background (the modules of
+// /etc/booty/modules-load and the drivers of the present devices, in
+// parallel; see startColdplug), waits (bounded) until the network drivers
+// are loaded, then mounts the AfterModules entries. The storage and other
+// drivers go on loading: WaitColdplug waits for them, and whatever looks
+// at disks must call it first. Module and best-effort failures are logged,
+// not returned: a machine with a missing NIC driver can still report.
 func Bringup(opts Options) (*System, error) {
 	if opts.Root == "" {
 		opts.Root = "/"
@@ -128,11 +134,11 @@ func Bringup(opts Options) (*System, error) {
 	if opts.Mounts == nil {
 		opts.Mounts = DefaultMounts()
 	}
-	if opts.ColdplugPasses == 0 {
-		opts.ColdplugPasses = 6
+	if opts.ColdplugTimeout == 0 {
+		opts.ColdplugTimeout = 2 * time.Minute
 	}
-	if opts.ColdplugSettle == 0 {
-		opts.ColdplugSettle = 300 * time.Millisecond
+	if opts.NetworkDriversTimeout == 0 {
+		opts.NetworkDriversTimeout = time.Minute
 	}
 	s := &System{Root: opts.Root, opts: opts}
 	if opts.Sys != nil {
@@ -184,7 +190,12 @@ func Bringup(opts Options) (*System, error) {
 
 	if !opts.NoColdplug {
 		s.setModprobePath()
-		s.loadModules()
+		s.startColdplug()
+		ctx, cancel := context.WithTimeout(context.Background(), opts.NetworkDriversTimeout)
+		if err := s.WaitNetworkDrivers(ctx); err != nil {
+			s.Log.Warn("network drivers still loading; going on", "bound", opts.NetworkDriversTimeout)
+		}
+		cancel()
 	}
 
 	for _, m := range opts.Mounts {
@@ -197,7 +208,7 @@ func Bringup(opts Options) (*System, error) {
 			return s, fmt.Errorf("bringup: %w (%s)", r.Err, m.Reason)
 		}
 	}
-	s.Log.Info("bringup done", "consoles", s.consoleNames(), "modules", len(s.LoadedModules), "hostname", opts.Hostname)
+	s.Log.Info("bringup done", "consoles", s.consoleNames(), "hostname", opts.Hostname)
 	return s, nil
 }
 
@@ -230,18 +241,35 @@ func (s *System) logMount(r MountResult) {
 	}
 }
 
-// loadModules sets up s.Modules for the running kernel and loads the
-// modules-load list and the coldplug set. Errors are logged.
-func (s *System) loadModules() {
+// startColdplug sets up s.Modules for the running kernel and starts, in
+// the background, the loading of the modules-load list and of the drivers
+// of the present devices (ScanDevices): every module whose alias matches
+// a device's modalias, several at a time, each after its dependencies.
+// After each load it reads the kernel's device events (Syscalls.Uevents),
+// which hold every device the driver created while it probed, and loads
+// their drivers too (virtio_pci exposes the virtio devices that need
+// virtio_net and virtio_blk): no rounds, no settle pauses. Without the
+// event socket it scans /sys again after each load. Once all loads ended
+// it keeps loading drivers for devices that come later (USB) until the
+// handoff. Errors are logged.
+func (s *System) startColdplug() {
+	c := newColdplugger()
+	c.log = s.Log
+	c.timeout = s.opts.ColdplugTimeout
+	s.coldplug = c
 	rel, err := s.Sys.Release()
 	if err != nil {
 		s.Log.Warn("no module loading", "err", err)
+		c.markSettled(time.Now())
+		close(c.finished)
 		return
 	}
 	dir := s.path(filepath.Join("/lib/modules", rel))
 	l, err := kmod.NewLoader(dir, s.Log)
 	if err != nil {
 		s.Log.Warn("no module loading", "kernel", rel, "err", err)
+		c.markSettled(time.Now())
+		close(c.finished)
 		return
 	}
 	l.ProcModules = s.path("/proc/modules")
@@ -254,103 +282,51 @@ func (s *System) loadModules() {
 	if err != nil {
 		s.Log.Warn("read modules-load list", "err", err)
 	}
-	if len(names) > 0 {
-		loaded, err := l.Load(names...)
-		s.LoadedModules = append(s.LoadedModules, loaded...)
+	c.listed = names
+	c.scan = func() ([]Device, error) { return ScanDevices(s.path("/sys")) }
+	c.match = l.Index.MatchAlias
+	c.present = l.Present
+	c.load = func(m string) ([]string, error) { return l.Load(m) }
+	if s.Sys.Uevents != nil {
+		src, err := s.Sys.Uevents()
 		if err != nil {
-			s.Log.Warn("load listed modules", "err", err)
+			s.Log.Warn("no device events; coldplug scans /sys after every load", "err", err)
+		} else {
+			c.src = src
 		}
 	}
-	if _, err := s.Coldplug(); err != nil {
-		s.Log.Warn("coldplug", "err", err)
-	}
+	go c.run()
 }
 
-// Coldplug scans /sys for device modaliases and loads every module whose
-// alias matches, repeating (up to Options.ColdplugPasses rounds) while a
-// round loads something new, because a bus driver (virtio_pci, xhci)
-// exposes devices that need further drivers. After a round it polls the
-// devices of every bus: the next round starts as soon as new devices show
-// up, and none is run when none showed up within ColdplugSettle (no fixed
-// pause). It returns the modules loaded; module failures are logged and
-// returned joined, the remaining modules are still loaded.
-func (s *System) Coldplug() ([]string, error) {
-	if s.Modules == nil {
-		return nil, errors.New("coldplug: no module index for this kernel")
+// WaitNetworkDrivers waits until no driver load for a network controller
+// (or a device below one, like virtio_pci's virtio device) is in flight:
+// then every network interface the coldplug can bring is there. It
+// returns at once without coldplug, and ctx's error when ctx ends first.
+func (s *System) WaitNetworkDrivers(ctx context.Context) error {
+	if s.coldplug == nil {
+		return nil
 	}
-	var all []string
-	var errs []error
-	passes := s.opts.ColdplugPasses
-	if passes <= 0 {
-		passes = 1
-	}
-	for pass := 1; pass <= passes; pass++ {
-		devices := s.busDevices()
-		aliases, err := ScanModaliases(s.path("/sys"))
-		if err != nil {
-			return all, fmt.Errorf("coldplug: %w", err)
-		}
-		want := map[string]bool{}
-		var mods []string
-		for _, a := range aliases {
-			for _, m := range s.Modules.Index.MatchAlias(a) {
-				if !want[m] && !s.Modules.Present(m) {
-					want[m] = true
-					mods = append(mods, m)
-				}
-			}
-		}
-		if len(mods) == 0 {
-			break
-		}
-		loaded, err := s.Modules.Load(mods...)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		all = append(all, loaded...)
-		s.LoadedModules = append(s.LoadedModules, loaded...)
-		s.Log.Info("coldplug pass", "pass", pass, "devices", len(aliases), "loaded", loaded)
-		if len(loaded) == 0 {
-			break
-		}
-		if pass < passes && !s.waitNewDevices(devices, s.opts.ColdplugSettle) {
-			break
-		}
-	}
-	return all, errors.Join(errs...)
+	return wait(ctx, s.coldplug.netReady)
 }
 
-// busDevices counts the devices of every bus (/sys/bus/*/devices): every
-// device with a modalias is on one, so a new device changes the count.
-func (s *System) busDevices() int {
-	dirs, _ := filepath.Glob(s.path("/sys/bus/*/devices"))
-	n := 0
-	for _, d := range dirs {
-		es, _ := os.ReadDir(d)
-		n += len(es)
+// WaitColdplug waits until every module load of the coldplug ended (or
+// its bound passed): then every disk the drivers can find is there. It
+// returns at once without coldplug, and ctx's error when ctx ends first.
+func (s *System) WaitColdplug(ctx context.Context) error {
+	if s.coldplug == nil {
+		return nil
 	}
-	return n
+	return wait(ctx, s.coldplug.settled)
 }
 
-// waitNewDevices polls busDevices every settlePoll until it differs from
-// before (true: new devices, give drivers a poll more to publish their
-// modaliases) or settle passes (false).
-func (s *System) waitNewDevices(before int, settle time.Duration) bool {
-	deadline := time.Now().Add(settle)
-	for {
-		if s.busDevices() != before {
-			time.Sleep(settlePoll)
-			return true
-		}
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		time.Sleep(settlePoll)
+// LoadedModules returns the modules the coldplug loaded so far, in the
+// order their loads ended, and the load failures joined.
+func (s *System) LoadedModules() ([]string, error) {
+	if s.coldplug == nil {
+		return nil, nil
 	}
+	return s.coldplug.Loaded()
 }
-
-// settlePoll is how often waitNewDevices looks.
-const settlePoll = 20 * time.Millisecond
 
 // unmountDisks unmounts, newest first, every mounted filesystem whose
 // source is a block device under /dev, so journals are clean before the

@@ -1,6 +1,7 @@
 package initsys
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 
 // recorder is a Syscalls fake that records calls instead of making them.
 type recorder struct {
+	mu       *sync.Mutex
 	calls    []string
 	mountErr map[string]error // by target suffix
 	rebootErr,
@@ -26,9 +29,14 @@ type recorder struct {
 }
 
 func (r *recorder) sys(root string) *Syscalls {
+	if r.mu == nil {
+		r.mu = &sync.Mutex{}
+	}
 	return &Syscalls{
 		Mount: func(source, target, fstype string, flags uintptr, data string) error {
 			rel := strings.TrimPrefix(target, root)
+			r.mu.Lock()
+			defer r.mu.Unlock()
 			r.calls = append(r.calls, fmt.Sprintf("mount %s %s", fstype, rel))
 			return r.mountErr[rel]
 		},
@@ -50,7 +58,9 @@ func (r *recorder) sys(root string) *Syscalls {
 		Hold: func() { r.calls = append(r.calls, "hold") },
 		InitModule: func(path, params string) error {
 			name := kmod.Name(path)
+			r.mu.Lock()
 			r.calls = append(r.calls, "load "+name)
+			r.mu.Unlock()
 			if r.onInit != nil {
 				r.onInit(name)
 			}
@@ -70,6 +80,12 @@ func writeFiles(t *testing.T, root string, files map[string]string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func (r *recorder) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
 }
 
 // fakeMachine lays out /proc, /sys, /dev and /lib/modules of a small VM
@@ -97,7 +113,22 @@ func fakeMachine(t *testing.T) string {
 		files["lib/modules/6.1.0-test/"+f] = string(b)
 	}
 	writeFiles(t, root, files)
+	busLink(t, root, "pci", "0000:00:04.0", "devices/pci0000:00/0000:00:04.0")
+	busLink(t, root, "pci", "0000:00:02.0", "devices/pci0000:00/0000:00:02.0")
+	busLink(t, root, "platform", "serial8250", "devices/platform/serial8250")
 	return root
+}
+
+// busLink links sys/bus/BUS/devices/NAME to sys/TARGET, as the kernel does.
+func busLink(t *testing.T, root, bus, name, target string) {
+	t.Helper()
+	dir := filepath.Join(root, "sys/bus", bus, "devices")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../../"+target, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestBringup(t *testing.T) {
@@ -111,38 +142,56 @@ func TestBringup(t *testing.T) {
 			writeFiles(t, root, map[string]string{
 				"sys/devices/pci0000:00/0000:00:04.0/virtio0/modalias": "virtio:d00000002v00001AF4\n",
 			})
-			if err := os.MkdirAll(filepath.Join(root, "sys/bus/virtio/devices"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink("../../../devices/pci0000:00/0000:00:04.0/virtio0", filepath.Join(root, "sys/bus/virtio/devices/virtio0")); err != nil {
-				t.Fatal(err)
-			}
+			busLink(t, root, "virtio", "virtio0", "devices/pci0000:00/0000:00:04.0/virtio0")
 		}
 	}
-	s, err := Bringup(Options{Root: root, Sys: rec.sys(root), NoReaper: true, ColdplugSettle: 200 * time.Millisecond})
+	s, err := Bringup(Options{Root: root, Sys: rec.sys(root), NoReaper: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Consoles.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.WaitColdplug(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls := rec.snapshot()
 
-	want := []string{
+	// Mounts and the hostname first, in table order; the efivarfs mount
+	// (AfterModules) once the network drivers are in (none here).
+	wantFirst := []string{
 		"mount proc /proc", "mount sysfs /sys", "mount devtmpfs /dev", "mount devpts /dev/pts",
 		"mount tmpfs /dev/shm", "mount tmpfs /run", "mount tmpfs /tmp", "mount securityfs /sys/kernel/security",
 		"hostname booty",
-		// modules-load: ext4 with its deps and softdep pre crc32c
-		"load crc16", "load mbcache", "load jbd2", "load crc32c_generic", "load crc32c_intel", "load ext4",
-		// coldplug pass 1: the PCI device
-		"load virtio_pci_legacy_dev", "load virtio_pci_modern_dev", "load virtio", "load virtio_ring", "load virtio_pci",
-		// pass 2: the virtio device virtio_pci exposed
-		"load virtio_blk",
-		"mount efivarfs /sys/firmware/efi/efivars",
 	}
-	if !slices.Equal(rec.calls, want) {
-		t.Errorf("calls:\n got %q\nwant %q", rec.calls, want)
+	if len(calls) < len(wantFirst) || !slices.Equal(calls[:len(wantFirst)], wantFirst) {
+		t.Errorf("calls:\n got %q\nwant first %q", calls, wantFirst)
 	}
-	if wantMods := []string{"crc16", "mbcache", "jbd2", "crc32c_generic", "crc32c_intel", "ext4",
-		"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio", "virtio_ring", "virtio_pci", "virtio_blk"}; !slices.Equal(s.LoadedModules, wantMods) {
-		t.Errorf("LoadedModules = %v", s.LoadedModules)
+	if !slices.Contains(calls, "mount efivarfs /sys/firmware/efi/efivars") {
+		t.Errorf("calls %q lack the efivarfs mount", calls)
+	}
+	// The loads run in parallel: each module once, after its dependencies.
+	// modules-load: ext4 with its deps and softdep pre crc32c; coldplug:
+	// the PCI device's virtio_pci, then the virtio device it exposed.
+	before := [][2]string{
+		{"crc16", "ext4"}, {"mbcache", "ext4"}, {"jbd2", "ext4"}, {"crc32c_generic", "ext4"},
+		{"virtio", "virtio_pci"}, {"virtio_ring", "virtio_pci"}, {"virtio_pci_modern_dev", "virtio_pci"},
+		{"virtio_pci_legacy_dev", "virtio_pci"}, {"virtio_pci", "virtio_blk"},
+	}
+	for _, b := range before {
+		i, j := slices.Index(calls, "load "+b[0]), slices.Index(calls, "load "+b[1])
+		if i < 0 || j < 0 || i > j {
+			t.Errorf("want load %s before load %s: calls %q", b[0], b[1], calls)
+		}
+	}
+	loaded, lerr := s.LoadedModules()
+	slices.Sort(loaded)
+	if want := []string{"crc16", "crc32c_generic", "crc32c_intel", "ext4", "jbd2", "mbcache",
+		"virtio", "virtio_blk", "virtio_pci", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring"}; !slices.Equal(loaded, want) {
+		t.Errorf("LoadedModules = %v, want %v", loaded, want)
+	}
+	if !errors.Is(lerr, kmod.ErrNotFound) {
+		t.Errorf("load errors = %v, want nosuch not found", lerr)
 	}
 	if s.Consoles.Primary != "tty0" || !slices.Equal(s.Consoles.Names, []string{"ttyS0", "tty0"}) {
 		t.Errorf("consoles %v primary %s", s.Consoles.Names, s.Consoles.Primary)
@@ -246,27 +295,31 @@ func TestHandoff(t *testing.T) {
 	}
 }
 
-func TestScanModaliases(t *testing.T) {
+func TestScanDevices(t *testing.T) {
 	root := fakeMachine(t)
-	// A bus device reached through /sys/bus only, plus a duplicate.
+	// A bus device with its modalias in uevent only (CPUs), one without
+	// any, and a second link to a device already seen.
 	writeFiles(t, root, map[string]string{
-		"sys/bus/xen/devices/vif-0/modalias": "xen:vif\n",
-		"sys/bus/pci/devices/dup/modalias":   "platform:serial8250\n",
+		"sys/devices/system/cpu/cpu0/uevent": "DRIVER=processor\nMODALIAS=cpu:type:x86,ven0000fam0006mod003F:feature:,0000\n",
+		"sys/devices/virtual/nomod/uevent":   "DEVTYPE=none\n",
 	})
-	got, err := ScanModaliases(filepath.Join(root, "sys"))
+	busLink(t, root, "cpu", "cpu0", "devices/system/cpu/cpu0")
+	busLink(t, root, "xen", "nomod", "devices/virtual/nomod")
+	busLink(t, root, "pci", "dup", "devices/platform/serial8250")
+	got, err := ScanDevices(filepath.Join(root, "sys"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{
-		"pci:v00001234d00001111sv00001AF4sd00001100bc03sc00i00",
-		"pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00",
-		"platform:serial8250",
-		"xen:vif",
+	want := []Device{
+		{"/devices/pci0000:00/0000:00:02.0", "pci:v00001234d00001111sv00001AF4sd00001100bc03sc00i00"},
+		{"/devices/pci0000:00/0000:00:04.0", "pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00"},
+		{"/devices/platform/serial8250", "platform:serial8250"},
+		{"/devices/system/cpu/cpu0", "cpu:type:x86,ven0000fam0006mod003F:feature:,0000"},
 	}
 	if !slices.Equal(got, want) {
-		t.Errorf("ScanModaliases = %q, want %q", got, want)
+		t.Errorf("ScanDevices =\n %q\nwant\n %q", got, want)
 	}
-	if _, err := ScanModaliases(t.TempDir()); err == nil {
-		t.Error("scan without devices dir succeeded")
+	if _, err := ScanDevices(t.TempDir()); err == nil {
+		t.Error("scan without a bus dir succeeded")
 	}
 }

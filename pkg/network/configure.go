@@ -197,7 +197,7 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 		log.Info("network autoconfiguration off", "links", linkNames(links))
 		return &Result{Method: MethodOff}, nil
 	}
-	up, err := waitCarrier(ctx, h, links, opts.CarrierTimeout)
+	up, err := waitCarrier(ctx, h, links, opts.CarrierTimeout, activeAtRaise(h, links))
 	if err != nil {
 		return nil, err
 	}
@@ -286,12 +286,36 @@ func candidateLinks(h *netlink.Handle, filter []string) ([]netlink.Link, error) 
 	return out, nil
 }
 
+// activeAtRaise returns the indexes of the links that have carrier
+// (IFF_LOWER_UP) right after they were set up. The kernel activates a
+// link's transmit queue as it opens it when the carrier is already there,
+// so these can send at once, while their operational state waits for the
+// kernel's link watcher: that runs at most once a second, and the
+// driver's own carrier event at probe time (virtio_net's) has just used
+// it up, so waiting for "up" there costs up to a second for nothing. A
+// link whose carrier comes later is activated by an urgent run of the
+// watcher, which waitCarrier waits for.
+func activeAtRaise(h *netlink.Handle, links []netlink.Link) map[int]bool {
+	out := map[int]bool{}
+	for _, l := range links {
+		if cur, err := h.LinkByIndex(l.Attrs().Index); err == nil && cur.Attrs().RawFlags&unix.IFF_LOWER_UP != 0 {
+			out[l.Attrs().Index] = true
+		}
+	}
+	return out
+}
+
+// carrierPoll is how often waitCarrier looks.
+const carrierPoll = 20 * time.Millisecond
+
 // waitCarrier polls until every link has carrier or timeout passed, and
-// returns those with carrier (sorted by name); none is ErrNoCarrier.
-func waitCarrier(ctx context.Context, h *netlink.Handle, links []netlink.Link, timeout time.Duration) ([]netlink.Link, error) {
+// returns those with carrier (sorted by name); none is ErrNoCarrier. A link
+// in active (see activeAtRaise) counts once it has carrier; any other one
+// once the kernel also set its operational state.
+func waitCarrier(ctx context.Context, h *netlink.Handle, links []netlink.Link, timeout time.Duration, active map[int]bool) ([]netlink.Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(carrierPoll)
 	defer tick.Stop()
 	for {
 		var up []netlink.Link
@@ -305,7 +329,7 @@ func waitCarrier(ctx context.Context, h *netlink.Handle, links []netlink.Link, t
 			// the operational state: wait for that too, or the first DHCP
 			// discover is dropped.
 			a := cur.Attrs()
-			if a.RawFlags&unix.IFF_LOWER_UP != 0 && (a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown) {
+			if a.RawFlags&unix.IFF_LOWER_UP != 0 && (active[a.Index] || a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown) {
 				up = append(up, cur)
 			}
 		}

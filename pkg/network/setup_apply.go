@@ -74,7 +74,7 @@ func configureSetup(ctx context.Context, opts Options, h *netlink.Handle) (*Resu
 		log.Info("network links created; none has addresses", "links", order)
 		return &Result{Method: MethodOff}, nil
 	}
-	up, err := waitCarrier(ctx, h, l3, opts.CarrierTimeout)
+	up, err := waitCarrier(ctx, h, l3, opts.CarrierTimeout, nil) // bonds and VLANs: their state is what counts
 	if err != nil {
 		return nil, err
 	}

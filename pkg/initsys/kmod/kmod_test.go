@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
@@ -316,5 +318,71 @@ func TestLoaderOptions(t *testing.T) {
 	}
 	if params["virtio_blk"] != "queue_depth=64" || params["virtio"] != "" {
 		t.Errorf("loaded with %v, want virtio_blk's options only on virtio_blk", params)
+	}
+}
+
+// Load from several goroutines at once (coldplug loads the drivers of
+// independent devices in parallel): every module is loaded once, each
+// after all of its dependencies finished loading, and a goroutine that
+// needs a module another one is loading waits for it instead of loading
+// it again or going on without it.
+func TestLoaderConcurrent(t *testing.T) {
+	ix := testIndex(t)
+	root := t.TempDir()
+	var mu sync.Mutex
+	inits := map[string]int{}
+	finished := map[string]bool{}
+	l := &Loader{
+		Dir:         "/lib/modules/test",
+		Index:       ix,
+		ProcModules: filepath.Join(root, "no-proc-modules"),
+		Log:         slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Init: func(path, _ string) error {
+			name := Name(path)
+			mu.Lock()
+			inits[name]++
+			for _, d := range ix.Modules[name].Deps {
+				if !finished[d] {
+					t.Errorf("%s loaded before its dependency %s finished", name, d)
+				}
+			}
+			mu.Unlock()
+			if name == "virtio_ring" || name == "virtio" {
+				time.Sleep(20 * time.Millisecond) // a slow init others must wait for
+			}
+			mu.Lock()
+			finished[name] = true
+			mu.Unlock()
+			return nil
+		},
+	}
+	roots := []string{"virtio_blk", "virtio_net", "virtio_pci", "ext4", "virtio_blk", "xhci_pci"}
+	var wg sync.WaitGroup
+	var lmu sync.Mutex
+	var loaded []string
+	for _, r := range roots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := l.Load(r)
+			if err != nil {
+				t.Errorf("Load(%s): %v", r, err)
+			}
+			lmu.Lock()
+			loaded = append(loaded, got...)
+			lmu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for name, n := range inits {
+		if n != 1 {
+			t.Errorf("%s loaded %d times, want once", name, n)
+		}
+	}
+	want := []string{"crc16", "crc32c_generic", "crc32c_intel", "ext4", "failover", "jbd2", "mbcache", "net_failover", "virtio", "virtio_blk", "virtio_net",
+		"virtio_pci", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "xhci_hcd", "xhci_pci"}
+	slices.Sort(loaded)
+	if !slices.Equal(loaded, want) {
+		t.Errorf("loaded (sorted) = %v, want %v", loaded, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/klauspost/compress/zstd"
@@ -19,7 +20,10 @@ import (
 
 // Loader loads modules of one kernel into the running kernel, each at most
 // once, dependencies first. Its fields are the system access; tests replace
-// Init and the paths.
+// Init and the paths. Load and Present may be called from several
+// goroutines at once: a module is loaded by one of them while the others
+// that need it wait for that load, so independent modules load in
+// parallel and every module still comes after its dependencies.
 type Loader struct {
 	// Dir is the modules directory, /lib/modules/$(uname -r); module paths
 	// of the index are relative to it.
@@ -43,7 +47,9 @@ type Loader struct {
 	// "options" lines give them; NewLoader sets DefaultOptions.
 	Options map[string]string
 
-	have map[string]bool
+	mu      sync.Mutex
+	have    map[string]bool
+	loading map[string]chan struct{} // closed when that module's load ends
 }
 
 // DefaultOptions are the parameters booty loads modules with, whoever asks
@@ -77,6 +83,13 @@ func NewLoader(dir string, log *slog.Logger) (*Loader, error) {
 // earlier by this Loader, listed in /proc/modules, present under
 // /sys/module, or built in.
 func (l *Loader) Present(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.present(name)
+}
+
+// present is Present with l.mu held.
+func (l *Loader) present(name string) bool {
 	if l.have == nil {
 		l.have = map[string]bool{}
 		if f, err := os.Open(l.ProcModules); err == nil {
@@ -126,10 +139,7 @@ func (l *Loader) Load(names ...string) ([]string, error) {
 			errs = append(errs, err)
 		}
 		for _, m := range order {
-			if l.Present(m.Name) {
-				continue
-			}
-			ok, err := l.loadOne(m)
+			ok, err := l.ensure(m)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -142,10 +152,44 @@ func (l *Loader) Load(names ...string) ([]string, error) {
 	return loaded, errors.Join(errs...)
 }
 
+// ensure loads m unless the kernel has it. When another goroutine is
+// loading m it waits for that load to end and reports nothing loaded (the
+// other one reports it). It returns whether this call loaded m.
+func (l *Loader) ensure(m *Module) (bool, error) {
+	l.mu.Lock()
+	for {
+		ch, busy := l.loading[m.Name]
+		if !busy {
+			break
+		}
+		l.mu.Unlock()
+		<-ch
+		l.mu.Lock()
+	}
+	if l.present(m.Name) {
+		l.mu.Unlock()
+		return false, nil
+	}
+	if l.loading == nil {
+		l.loading = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	l.loading[m.Name] = ch
+	l.mu.Unlock()
+
+	ok, err := l.loadOne(m)
+
+	l.mu.Lock()
+	l.have[m.Name] = true // loaded, or failed: do not try again this boot
+	delete(l.loading, m.Name)
+	l.mu.Unlock()
+	close(ch)
+	return ok, err
+}
+
 func (l *Loader) loadOne(m *Module) (bool, error) {
 	p := filepath.Join(l.Dir, m.Path)
 	err := l.Init(p, l.Options[m.Name])
-	l.have[m.Name] = true // loaded, or failed: do not try again this boot
 	if errors.Is(err, os.ErrExist) {
 		return false, nil
 	}

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -33,7 +34,14 @@ func main() {
 	}
 	out := sys.Console
 	fmt.Fprintf(out, "TESTINIT bringup %s\n", time.Since(start).Round(time.Millisecond))
-	for _, m := range sys.LoadedModules {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	if err := sys.WaitColdplug(ctx); err != nil {
+		fmt.Fprintf(out, "TESTINIT coldplug not done: %v\n", err)
+	}
+	cancel()
+	fmt.Fprintf(out, "TESTINIT coldplug %s\n", time.Since(start).Round(time.Millisecond))
+	loaded, _ := sys.LoadedModules()
+	for _, m := range loaded {
 		fmt.Fprintf(out, "TESTINIT module %s\n", m)
 	}
 	// ext4 is not loaded at boot: a mount of it makes the kernel ask its

@@ -1,0 +1,409 @@
+package initsys
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// deviceSource reports devices the kernel adds (its uevents). Coldplug
+// reads it after every module load: the devices a driver creates while it
+// probes are announced before the load returns, so reading the source
+// then sees all of them, with no pause and no guess.
+type deviceSource interface {
+	// Drain returns, without blocking, the devices added since the last
+	// call; lost is true when events were dropped (a full buffer) and the
+	// caller must scan /sys again.
+	Drain() (devs []Device, lost bool, err error)
+	// Wait blocks until there may be something to drain or bound passed.
+	Wait(bound time.Duration) bool
+	Close() error
+}
+
+// coldplugger loads the drivers of the present devices, and of the devices
+// those drivers expose, in parallel where dependencies allow; see
+// System.startColdplug for the order of events.
+type coldplugger struct {
+	log *slog.Logger
+	// scan lists the present devices; match returns the modules whose
+	// aliases match a modalias; present reports whether the kernel has
+	// a module; load loads one module with its dependencies (safe for
+	// concurrent use) and returns what it loaded.
+	scan    func() ([]Device, error)
+	match   func(modalias string) []string
+	present func(string) bool
+	load    func(string) ([]string, error)
+	// src reports added devices; nil scans /sys again after every load.
+	src deviceSource
+	// parallel bounds the loads in flight; timeout bounds the wait for
+	// all of them (a module whose init hangs).
+	parallel int
+	timeout  time.Duration
+	// listed are modules to load whatever the devices (modules-load).
+	listed []string
+
+	mu       sync.Mutex
+	loaded   []string
+	errs     []error
+	netReady chan struct{} // closed when the network drivers are loaded
+	settled  chan struct{} // closed when every driver is loaded
+	stop     chan struct{}
+	stopOnce sync.Once
+	finished chan struct{}  // closed when run returns
+	waiter   sync.WaitGroup // hotplug's wait on src
+
+	// Owned by run.
+	requested map[string]bool
+	jobs      map[string]*coldplugJob
+	deferred  []string
+	netPaths  []string
+	done      chan coldplugResult
+	sem       chan struct{}
+}
+
+type coldplugJob struct {
+	module string
+	net    bool
+}
+
+type coldplugResult struct {
+	module string
+	loaded []string
+	err    error
+}
+
+func newColdplugger() *coldplugger {
+	return &coldplugger{
+		netReady:  make(chan struct{}),
+		settled:   make(chan struct{}),
+		stop:      make(chan struct{}),
+		finished:  make(chan struct{}),
+		requested: map[string]bool{},
+		jobs:      map[string]*coldplugJob{},
+		done:      make(chan coldplugResult),
+	}
+}
+
+// run loads the listed modules and the drivers of the scanned devices,
+// then, after every finished load, the drivers of the devices that
+// appeared (src, or a new scan). NetReady closes once no load for a
+// network controller (or a device below one) is in flight; Settled once
+// no load at all is. With a source, it then goes on loading drivers for
+// devices that appear later (USB, hotplug) until Stop.
+func (c *coldplugger) run() {
+	defer close(c.finished)
+	if c.parallel <= 0 {
+		c.parallel = 8
+	}
+	c.sem = make(chan struct{}, c.parallel)
+	start := time.Now()
+	for _, m := range c.listed {
+		c.start(m, false)
+	}
+	devs, err := c.scan()
+	if err != nil {
+		c.fail(fmt.Errorf("coldplug: %w", err))
+	}
+	c.handle(devs)
+	c.log.Info("coldplug started", "devices", len(devs), "loading", len(c.jobs), "events", c.src != nil)
+	c.checkNet()
+
+	deadline := time.NewTimer(c.timeout)
+	defer deadline.Stop()
+	for !isClosed(c.settled) {
+		if len(c.jobs) == 0 {
+			devs, err := c.poll()
+			if err != nil {
+				c.fail(err)
+			}
+			c.handle(devs)
+			if len(c.jobs) == 0 {
+				c.markSettled(start)
+				break
+			}
+		}
+		select {
+		case r := <-c.done:
+			c.finish(r)
+			devs, err := c.poll()
+			if err != nil {
+				c.fail(err)
+			}
+			c.handle(devs)
+		case <-deadline.C:
+			var names []string
+			for m := range c.jobs {
+				names = append(names, m)
+			}
+			slices.Sort(names)
+			c.log.Warn("coldplug: giving up waiting for module loads", "bound", c.timeout, "loading", names)
+			c.markSettled(start)
+		case <-c.stop:
+			c.markSettled(start)
+			return
+		}
+		c.checkNet()
+	}
+	c.startDeferred()
+	if c.src == nil {
+		return
+	}
+	c.hotplug()
+}
+
+// hotplug loads drivers for devices added after coldplug settled, until
+// Stop: it waits on the source in a goroutine that hands over each time
+// there is something to drain.
+func (c *coldplugger) hotplug() {
+	ready := make(chan struct{})
+	ack := make(chan struct{})
+	c.waiter.Add(1)
+	go func() {
+		defer c.waiter.Done()
+		for {
+			select {
+			case <-c.stop:
+				return
+			default:
+			}
+			if !c.src.Wait(500 * time.Millisecond) {
+				continue
+			}
+			select {
+			case ready <- struct{}{}:
+			case <-c.stop:
+				return
+			}
+			select {
+			case <-ack:
+			case <-c.stop:
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case r := <-c.done:
+			c.finish(r)
+		case <-ready:
+			devs, err := c.poll()
+			if err != nil {
+				c.log.Warn("hotplug", "err", err)
+			}
+			c.handle(devs)
+			select {
+			case ack <- struct{}{}:
+			case <-c.stop:
+				return
+			}
+		}
+	}
+}
+
+// poll returns the devices added since the last look.
+func (c *coldplugger) poll() ([]Device, error) {
+	if c.src == nil {
+		return c.scan()
+	}
+	devs, lost, err := c.src.Drain()
+	if err != nil || lost {
+		more, serr := c.scan()
+		return append(devs, more...), errors.Join(err, serr)
+	}
+	return devs, nil
+}
+
+// handle starts the loads the devices need that are neither loaded nor
+// asked for yet; a network device's load is marked as one NetReady waits
+// for, also when a load of that module is already in flight.
+//
+// Before coldplug settles, the drivers of CPU features (cpu: modaliases:
+// crc32c_intel, crct10dif_pclmul and the like, faster crypto and
+// checksums the kernel switches to when they come) are put off until it
+// did: nothing needs them to find disks and NICs, and under emulation
+// their crypto self-tests take CPU from the loads on the boot's path;
+// they then load at the lowest CPU priority.
+func (c *coldplugger) handle(devs []Device) {
+	for _, d := range devs {
+		net := c.isNet(d)
+		later := !isClosed(c.settled) && strings.HasPrefix(d.Modalias, "cpu:")
+		for _, m := range c.match(d.Modalias) {
+			if c.requested[m] {
+				if j := c.jobs[m]; j != nil && net {
+					j.net = true
+				}
+				continue
+			}
+			if later {
+				c.requested[m] = true
+				c.deferred = append(c.deferred, m)
+				continue
+			}
+			c.start(m, net)
+		}
+	}
+}
+
+// startDeferred starts the loads handle put off, at the lowest CPU
+// priority (the agent's network and config fetch come first); without a
+// device source (no hotplug after this) it waits for them, or for Stop.
+func (c *coldplugger) startDeferred() {
+	for _, m := range c.deferred {
+		c.startLoad(m, false, true)
+	}
+	c.deferred = nil
+	if c.src != nil {
+		return
+	}
+	for len(c.jobs) > 0 {
+		select {
+		case r := <-c.done:
+			c.finish(r)
+		case <-c.stop:
+			return
+		}
+	}
+}
+
+func (c *coldplugger) isNet(d Device) bool {
+	if netModalias(d.Modalias) {
+		if !slices.Contains(c.netPaths, d.Path) {
+			c.netPaths = append(c.netPaths, d.Path)
+		}
+		return true
+	}
+	for _, p := range c.netPaths {
+		if strings.HasPrefix(d.Path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *coldplugger) start(m string, net bool) { c.startLoad(m, net, false) }
+
+// startLoad starts the load of m in a goroutine; a low one runs on a
+// thread of its own at the lowest CPU priority (lowPriority), so it takes
+// only CPU time nothing else wants.
+func (c *coldplugger) startLoad(m string, net, low bool) {
+	c.requested[m] = true
+	if c.present(m) {
+		return
+	}
+	c.jobs[m] = &coldplugJob{module: m, net: net}
+	go func() {
+		if low {
+			lowPriority()
+		}
+		select {
+		case c.sem <- struct{}{}:
+		case <-c.stop:
+			return
+		}
+		loaded, err := c.load(m)
+		<-c.sem
+		select {
+		case c.done <- coldplugResult{module: m, loaded: loaded, err: err}:
+		case <-c.stop:
+		}
+	}()
+}
+
+func (c *coldplugger) finish(r coldplugResult) {
+	delete(c.jobs, r.module)
+	c.mu.Lock()
+	c.loaded = append(c.loaded, r.loaded...)
+	if r.err != nil {
+		c.errs = append(c.errs, r.err)
+	}
+	c.mu.Unlock()
+	if r.err != nil {
+		c.log.Warn("coldplug: module not loaded", "module", r.module, "err", r.err)
+	}
+}
+
+func (c *coldplugger) fail(err error) {
+	c.log.Warn("coldplug", "err", err)
+	c.mu.Lock()
+	c.errs = append(c.errs, err)
+	c.mu.Unlock()
+}
+
+// checkNet closes netReady when no load for a network device is in flight.
+func (c *coldplugger) checkNet() {
+	if isClosed(c.netReady) {
+		return
+	}
+	for _, j := range c.jobs {
+		if j.net {
+			return
+		}
+	}
+	c.mu.Lock()
+	n := len(c.loaded)
+	c.mu.Unlock()
+	c.log.Info("network drivers loaded", "network_devices", len(c.netPaths), "modules", n)
+	close(c.netReady)
+}
+
+func (c *coldplugger) markSettled(start time.Time) {
+	if !isClosed(c.netReady) {
+		close(c.netReady)
+	}
+	c.mu.Lock()
+	n := len(c.loaded)
+	c.mu.Unlock()
+	c.log.Info("coldplug done", "modules", n, "took", time.Since(start).Round(time.Millisecond))
+	close(c.settled)
+}
+
+// Stop ends hotplug and waits for run to return (once; later calls return
+// at once); loads in flight finish in the kernel on their own. The source
+// is closed once hotplug's wait on it ends (within its 500 ms bound), in
+// the background, so a handoff does not wait for that.
+func (c *coldplugger) Stop() {
+	c.stopOnce.Do(func() {
+		close(c.stop)
+		<-c.finished
+		go func() {
+			c.waiter.Wait()
+			if c.src != nil {
+				c.src.Close()
+			}
+		}()
+	})
+}
+
+// Loaded returns the modules loaded so far, in the order the loads ended,
+// and their failures joined.
+func (c *coldplugger) Loaded() ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.loaded), errors.Join(c.errs...)
+}
+
+// wait blocks until ch closes or ctx ends.
+func wait(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,315 @@
+package initsys
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeKernel plays the devices of a QEMU q35 machine: loading a driver
+// makes the devices it exposes appear (as uevents on the source, or in
+// the next scan), and chosen loads block until released.
+type fakeKernel struct {
+	mu       sync.Mutex
+	devices  []Device            // what a scan sees
+	events   []Device            // not drained yet
+	exposes  map[string][]Device // module -> devices its probe creates
+	block    map[string]chan struct{}
+	loaded   []string
+	lost     bool // the next Drain reports lost events
+	wake     chan struct{}
+	useEvent bool
+}
+
+func (k *fakeKernel) scan() ([]Device, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.devices), nil
+}
+
+func (k *fakeKernel) load(m string) ([]string, error) {
+	if ch := k.block[m]; ch != nil {
+		<-ch
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.loaded = append(k.loaded, m)
+	k.devices = append(k.devices, k.exposes[m]...)
+	k.events = append(k.events, k.exposes[m]...)
+	return []string{m}, nil
+}
+
+func (k *fakeKernel) present(m string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Contains(k.loaded, m)
+}
+
+// plug adds a device later (USB enumeration, hotplug).
+func (k *fakeKernel) plug(d Device) {
+	k.mu.Lock()
+	k.devices = append(k.devices, d)
+	k.events = append(k.events, d)
+	k.mu.Unlock()
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (k *fakeKernel) Drain() ([]Device, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out, lost := k.events, k.lost
+	k.events, k.lost = nil, false
+	return out, lost, nil
+}
+
+func (k *fakeKernel) Wait(bound time.Duration) bool {
+	select {
+	case <-k.wake:
+		return true
+	case <-time.After(bound):
+		return false
+	}
+}
+
+func (k *fakeKernel) Close() error { return nil }
+
+// match maps modaliases to drivers the way modules.alias does.
+func match(a string) []string {
+	switch a {
+	case "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00", // virtio net
+		"pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00": // virtio blk
+		return []string{"virtio_pci"}
+	case "pci:v00008086d00002922sv00001AF4sd00001100bc01sc06i01":
+		return []string{"ahci"}
+	case "virtio:d00000001v00001AF4":
+		return []string{"virtio_net"}
+	case "virtio:d00000002v00001AF4":
+		return []string{"virtio_blk"}
+	case "usb:v0BDAp8153d3000dc00dsc00dp00icFFiscFFip00in00":
+		return []string{"r8152"}
+	case "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0094":
+		return []string{"crc32c_intel", "crct10dif_pclmul"}
+	}
+	return nil
+}
+
+func q35(useEvents bool) *fakeKernel {
+	return &fakeKernel{
+		devices: []Device{
+			{"/devices/pci0000:00/0000:00:02.0", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00"},
+			{"/devices/pci0000:00/0000:00:03.0", "pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00"},
+			{"/devices/pci0000:00/0000:00:1f.2", "pci:v00008086d00002922sv00001AF4sd00001100bc01sc06i01"},
+		},
+		exposes: map[string][]Device{
+			"virtio_pci": {
+				{"/devices/pci0000:00/0000:00:02.0/virtio0", "virtio:d00000001v00001AF4"},
+				{"/devices/pci0000:00/0000:00:03.0/virtio1", "virtio:d00000002v00001AF4"},
+			},
+		},
+		block:    map[string]chan struct{}{},
+		wake:     make(chan struct{}, 1),
+		useEvent: useEvents,
+	}
+}
+
+func newTestColdplugger(t *testing.T, k *fakeKernel) *coldplugger {
+	c := newColdplugger()
+	c.log = slog.New(slog.NewTextHandler(t.Output(), nil))
+	c.scan, c.match, c.present, c.load = k.scan, match, k.present, k.load
+	c.timeout = time.Minute
+	if k.useEvent {
+		c.src = k
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+func waitClosed(t *testing.T, what string, ch chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s not reached in 30s", what)
+	}
+}
+
+// The network drivers are ready while the storage driver (ahci, whose
+// probe waits for six empty SATA links) still loads; coldplug settles
+// only once ahci ended too; the virtio devices virtio_pci exposed got
+// their drivers, from the events or from a new scan.
+func TestColdplugNetworkFirst(t *testing.T) {
+	for _, events := range []bool{true, false} {
+		name := "rescan"
+		if events {
+			name = "uevents"
+		}
+		t.Run(name, func(t *testing.T) {
+			k := q35(events)
+			release := make(chan struct{})
+			k.block["ahci"] = release
+			c := newTestColdplugger(t, k)
+			go c.run()
+
+			waitClosed(t, "network drivers", c.netReady)
+			if !k.present("virtio_net") {
+				t.Errorf("network ready before virtio_net loaded: %v", k.loaded)
+			}
+			if isClosed(c.settled) {
+				t.Error("coldplug settled while ahci was still loading")
+			}
+			close(release)
+			waitClosed(t, "coldplug", c.settled)
+			got, err := c.Loaded()
+			if err != nil {
+				t.Error(err)
+			}
+			slices.Sort(got)
+			if want := []string{"ahci", "virtio_blk", "virtio_net", "virtio_pci"}; !slices.Equal(got, want) {
+				t.Errorf("loaded %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// A storage driver still loading when the network's are in does not hold
+// the network back, but a shared bus driver (virtio_pci, needed by the
+// disk first) does until the network device below it has its driver.
+func TestColdplugSharedBusDriver(t *testing.T) {
+	k := q35(true)
+	release := make(chan struct{})
+	k.block["virtio_pci"] = release
+	c := newTestColdplugger(t, k)
+	go c.run()
+	time.Sleep(50 * time.Millisecond)
+	if isClosed(c.netReady) {
+		t.Fatal("network ready while virtio_pci, the NIC's bus driver, was loading")
+	}
+	close(release)
+	waitClosed(t, "network drivers", c.netReady)
+	if !k.present("virtio_net") {
+		t.Errorf("network ready before virtio_net loaded: %v", k.loaded)
+	}
+}
+
+// Lost events (a full socket buffer) make coldplug scan /sys, so no device
+// goes without its driver.
+func TestColdplugLostEvents(t *testing.T) {
+	k := q35(true)
+	k.exposes["virtio_pci"] = append(k.exposes["virtio_pci"], Device{"/devices/x", "virtio:d00000002v00001AF4"})
+	c := newTestColdplugger(t, k)
+	k.mu.Lock()
+	k.lost = true
+	k.events = nil
+	k.mu.Unlock()
+	// Drop virtio_pci's events as they come: only a scan finds its devices.
+	c.load = func(m string) ([]string, error) {
+		r, err := k.load(m)
+		k.mu.Lock()
+		if m == "virtio_pci" {
+			k.events, k.lost = nil, true
+		}
+		k.mu.Unlock()
+		return r, err
+	}
+	go c.run()
+	waitClosed(t, "coldplug", c.settled)
+	for _, m := range []string{"virtio_net", "virtio_blk"} {
+		if !k.present(m) {
+			t.Errorf("%s not loaded after lost events: %v", m, k.loaded)
+		}
+	}
+}
+
+// A device that comes after coldplug settled (a USB NIC enumerated late)
+// still gets its driver, until Stop.
+func TestColdplugHotplug(t *testing.T) {
+	k := q35(true)
+	c := newTestColdplugger(t, k)
+	go c.run()
+	waitClosed(t, "coldplug", c.settled)
+	k.plug(Device{"/devices/pci0000:00/0000:00:1d.0/usb1/1-1/1-1:1.0", "usb:v0BDAp8153d3000dc00dsc00dp00icFFiscFFip00in00"})
+	deadline := time.Now().Add(30 * time.Second)
+	for !k.present("r8152") {
+		if time.Now().After(deadline) {
+			t.Fatalf("late USB NIC got no driver: %v", k.loaded)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Stop()
+	select {
+	case <-c.finished:
+	default:
+		t.Error("Stop returned before coldplug ended")
+	}
+}
+
+// A load that never ends (a driver waiting for firmware) is given up on
+// after the bound: coldplug settles and says so, the boot goes on.
+func TestColdplugTimeout(t *testing.T) {
+	k := q35(true)
+	k.block["ahci"] = make(chan struct{}) // never released
+	c := newTestColdplugger(t, k)
+	c.timeout = 100 * time.Millisecond
+	go c.run()
+	waitClosed(t, "coldplug", c.settled)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := wait(ctx, c.netReady); err != nil {
+		t.Error("network not ready after the bound")
+	}
+}
+
+// The CPU feature drivers load after coldplug settled, not beside the
+// drivers the boot waits for; they still load, with or without events.
+func TestColdplugCPUFeaturesLater(t *testing.T) {
+	for _, events := range []bool{true, false} {
+		k := q35(events)
+		k.devices = append(k.devices, Device{"/devices/system/cpu/cpu0", "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0094"})
+		c := newTestColdplugger(t, k)
+		var mu sync.Mutex
+		early := map[string]bool{}
+		c.load = func(m string) ([]string, error) {
+			mu.Lock()
+			early[m] = !isClosed(c.settled)
+			mu.Unlock()
+			return k.load(m)
+		}
+		go c.run()
+		waitClosed(t, "coldplug", c.settled)
+		deadline := time.Now().Add(30 * time.Second)
+		for !k.present("crc32c_intel") || !k.present("crct10dif_pclmul") {
+			if time.Now().After(deadline) {
+				t.Fatalf("events=%v: CPU feature drivers never loaded: %v", events, k.loaded)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		if early["crc32c_intel"] || early["crct10dif_pclmul"] || !early["ahci"] {
+			t.Errorf("events=%v: loaded before settling: %v, want ahci only among these", events, early)
+		}
+		mu.Unlock()
+	}
+}
+
+func TestNetModalias(t *testing.T) {
+	for a, want := range map[string]bool{
+		"pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00": true,
+		"pci:v00008086d000010D3sv00008086sd00000000bc02sc00i00": true,
+		"pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00": false,
+		"virtio:d00000001v00001AF4":                             true,
+		"virtio:d00000002v00001AF4":                             false,
+		"usb:v0BDAp8153d3000dc00dsc00dp00ic02isc06ip00in00":     true,
+		"usb:v0781p5581d0100dc00dsc00dp00ic08isc06ip50in00":     false,
+		"platform:serial8250":                                   false,
+	} {
+		if got := netModalias(a); got != want {
+			t.Errorf("netModalias(%s) = %v, want %v", a, got, want)
+		}
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
@@ -160,9 +159,7 @@ func runWriteImage(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	// More Ps than cores keep the fetch from waiting behind the hash and
 	// the decoder (image.Procs); GOMAXPROCS in the environment wins.
-	if os.Getenv("GOMAXPROCS") == "" {
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(image.Procs(runtime.NumCPU())))
-	}
+	defer image.UseProcs()()
 	// The chunk buffers live outside the Go heap; keep the heap (decoder
 	// state, source blocks) small so peak RSS stays bounded.
 	if os.Getenv("GOMEMLIMIT") == "" {

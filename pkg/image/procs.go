@@ -1,5 +1,10 @@
 package image
 
+import (
+	"os"
+	"runtime"
+)
+
 // ExtraProcs is how many Go Ps (GOMAXPROCS) Procs adds above the cores.
 //
 // A Write keeps two goroutines busy on the CPU (the served-bytes hash and
@@ -20,4 +25,15 @@ const ExtraProcs = 2
 // use on a machine with cpus cores: cpus + ExtraProcs.
 func Procs(cpus int) int {
 	return max(cpus, 1) + ExtraProcs
+}
+
+// UseProcs sets GOMAXPROCS to Procs(runtime.NumCPU()) for a process whose
+// main work is Write (write-image, the agent), unless GOMAXPROCS is set in
+// the environment, which wins. It returns what restores the previous value.
+func UseProcs() (restore func()) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return func() {}
+	}
+	prev := runtime.GOMAXPROCS(Procs(runtime.NumCPU()))
+	return func() { runtime.GOMAXPROCS(prev) }
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 // trickle returns at most max bytes per Read, like a socket that holds a
@@ -45,25 +46,33 @@ func fetchAll(t *testing.T, src io.Reader) ([]srcBlock, []byte) {
 	return blocks, h.Sum(nil)
 }
 
-// A source that trickles still reaches the decompressor in full blocks: one
-// hand-off per block, not per read. Only the last block is short, and the
-// bytes, the digest and the clean end are unchanged.
+// A source that trickles still reaches the decompressor in filled blocks:
+// one hand-off per block, not per read. The first blocks are filled less
+// (64 KiB, doubling up to a whole block), only the last one is short, and
+// the bytes, the digest and the clean end are unchanged.
 func TestFetchFillsBlocks(t *testing.T) {
 	data := make([]byte, 3*srcBlockSize+12345)
 	fillData(rand.New(rand.NewPCG(7, 8)), data)
 	blocks, sum := fetchAll(t, &trickle{data: data, max: 5000, err: io.EOF})
-	if len(blocks) != 4 {
-		t.Fatalf("%d blocks, want 4 (3 full and a short last one)", len(blocks))
+	ramp := []int{firstFill, 2 * firstFill, 4 * firstFill, 8 * firstFill, srcBlockSize, srcBlockSize}
+	rest := len(data)
+	for _, n := range ramp {
+		rest -= n
+	}
+	want := append(ramp, rest)
+	if len(blocks) != len(want) {
+		t.Fatalf("%d blocks, want %d (%v)", len(blocks), len(want), want)
 	}
 	var got []byte
 	for i, b := range blocks {
-		if i < 3 && (len(b.data) != srcBlockSize || b.err != nil) {
-			t.Errorf("block %d: %d bytes, err %v; want %d bytes, no error", i, len(b.data), b.err, srcBlockSize)
+		last := i == len(want)-1
+		if len(b.data) != want[i] || (b.err != nil) != last {
+			t.Errorf("block %d: %d bytes, err %v; want %d bytes (error only on the last)", i, len(b.data), b.err, want[i])
 		}
 		got = append(got, b.data...)
 	}
-	if last := blocks[3]; len(last.data) != 12345 || last.err != io.EOF {
-		t.Errorf("last block: %d bytes, err %v; want 12345 bytes, io.EOF", len(last.data), last.err)
+	if last := blocks[len(blocks)-1]; last.err != io.EOF {
+		t.Errorf("last block: err %v, want io.EOF", last.err)
 	}
 	if !bytes.Equal(got, data) {
 		t.Error("blocks do not add up to the source")
@@ -73,16 +82,68 @@ func TestFetchFillsBlocks(t *testing.T) {
 	}
 }
 
+// held serves its first part, then blocks until release is closed, like a
+// slow link: the bytes that arrived must not wait for the rest of a block.
+type held struct {
+	first, rest []byte
+	release     chan struct{}
+}
+
+func (r *held) Read(p []byte) (int, error) {
+	if len(r.first) > 0 {
+		n := copy(p, r.first)
+		r.first = r.first[n:]
+		return n, nil
+	}
+	<-r.release
+	if len(r.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.rest)
+	r.rest = r.rest[n:]
+	return n, nil
+}
+
+// The first 64 KiB reach the decompressor while the source still holds
+// back the rest of the first MiB: the format is known, and the write
+// starts, with the first bytes.
+func TestFetchPassesFirstBytesEarly(t *testing.T) {
+	data := make([]byte, srcBlockSize)
+	fillData(rand.New(rand.NewPCG(5, 6)), data)
+	src := &held{first: data[:100<<10], rest: data[100<<10:], release: make(chan struct{})}
+	var wg sync.WaitGroup
+	fc := startFetch(context.Background(), src, sha256.New(), &wg, func(err error) { t.Errorf("panic: %v", err) })
+	select {
+	case b := <-fc.toDec:
+		if !bytes.Equal(b.data, data[:firstFill]) {
+			t.Errorf("first block: %d bytes, want the source's first %d", len(b.data), firstFill)
+		}
+		fc.free <- b.buf
+	case <-time.After(30 * time.Second):
+		t.Fatal("no block within 30 s while the source held back the rest of its first MiB")
+	}
+	close(src.release)
+	got := []byte(nil)
+	for b := range fc.toDec {
+		got = append(got, b.data...)
+		fc.free <- b.buf
+	}
+	wg.Wait()
+	if !bytes.Equal(got, data[firstFill:]) {
+		t.Errorf("the later blocks hold %d bytes, want the %d after the first block", len(got), len(data)-firstFill)
+	}
+}
+
 // A source error ends the chain with that error on the last block, after
 // the bytes read before it; an io.ErrUnexpectedEOF of the source stays one
 // (it is not taken for a clean end).
 func TestFetchKeepsSourceError(t *testing.T) {
-	data := make([]byte, srcBlockSize+100)
+	data := make([]byte, 15*firstFill+100) // the ramp's four blocks, then 100 bytes
 	blocks, _ := fetchAll(t, &trickle{data: data, max: 64 << 10, err: io.ErrUnexpectedEOF})
-	if len(blocks) != 2 {
-		t.Fatalf("%d blocks, want 2", len(blocks))
+	if len(blocks) != 5 {
+		t.Fatalf("%d blocks, want 5", len(blocks))
 	}
-	if last := blocks[1]; len(last.data) != 100 || !errors.Is(last.err, io.ErrUnexpectedEOF) {
+	if last := blocks[4]; len(last.data) != 100 || !errors.Is(last.err, io.ErrUnexpectedEOF) {
 		t.Errorf("last block: %d bytes, err %v; want 100 bytes, io.ErrUnexpectedEOF", len(last.data), last.err)
 	}
 }

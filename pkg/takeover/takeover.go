@@ -8,9 +8,9 @@
 // allowed, a PEM CA), that it runs as root and that the kernel can kexec;
 // asks bootyd for GET /v1/agent/boot over TLS verified with the CA;
 // downloads the kernel and initramfs into memory and checks their sizes and
-// SHA-256 digests; appends to the initramfs a newc cpio archive holding the
-// CA as /etc/ssl/certs/booty-takeover-ca.pem (the kernel unpacks
-// concatenated archives; Go's system pool reads every file of
+// SHA-256 digests; puts before the initramfs a newc cpio archive holding
+// the CA as /etc/ssl/certs/booty-takeover-ca.pem (the kernel unpacks
+// concatenated archives in order; Go's system pool reads every file of
 // /etc/ssl/certs, so the agent trusts bootyd's CA and keeps its bundle);
 // loads both from memory files with kexec_file_load and the command line
 // "booty.server=URL [booty.insecure-http=1] <bootyd's arguments>". Nothing
@@ -58,7 +58,7 @@ import (
 // reboots into it; the Initializer waits for it (manager.TakeoverOK).
 const OKLine = "booty takeover: ok"
 
-// CAPath is where the appended archive puts bootyd's CA in the agent's
+// CAPath is where the prepended archive puts bootyd's CA in the agent's
 // initramfs (without the leading slash).
 const CAPath = "etc/ssl/certs/booty-takeover-ca.pem"
 
@@ -168,7 +168,7 @@ func (o *Options) defaults() {
 }
 
 // Plan is what Prepare fetched and built: the verified kernel, the
-// initramfs with the CA archive appended, and the command line.
+// initramfs with the CA archive before it, and the command line.
 type Plan struct {
 	Boot    api.AgentBoot
 	Kernel  []byte
@@ -330,7 +330,7 @@ func Prepare(ctx context.Context, o Options) (*Plan, error) {
 		*f.dst = b
 	}
 	if o.CACert != nil {
-		if p.Initrd, err = AppendCA(p.Initrd, o.CACert); err != nil {
+		if p.Initrd, err = PrependCA(p.Initrd, o.CACert); err != nil {
 			return nil, err
 		}
 	}
@@ -466,18 +466,21 @@ func CAArchive(pemData []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// AppendCA returns initrd with zero padding to a multiple of 4 bytes (where
-// the kernel looks for the next archive) and CAArchive(pemData) after it.
-func AppendCA(initrd, pemData []byte) ([]byte, error) {
+// PrependCA returns CAArchive(pemData), zero-padded to a multiple of 4
+// bytes (where the kernel looks for the next archive), with initrd after
+// it. The kernel unpacks the archives in order, as it does early microcode;
+// appending would not do: bootyd's initramfs may be lz4 (legacy format),
+// whose decoder takes every byte after it for lz4 and drops the CA.
+func PrependCA(initrd, pemData []byte) ([]byte, error) {
 	a, err := CAArchive(pemData)
 	if err != nil {
 		return nil, err
 	}
-	pad := (4 - len(initrd)%4) % 4
-	out := make([]byte, 0, len(initrd)+pad+len(a))
-	out = append(out, initrd...)
+	pad := (4 - len(a)%4) % 4
+	out := make([]byte, 0, len(a)+pad+len(initrd))
+	out = append(out, a...)
 	out = append(out, make([]byte, pad)...)
-	return append(out, a...), nil
+	return append(out, initrd...), nil
 }
 
 // load puts the kernel and initramfs into memory files and hands them to

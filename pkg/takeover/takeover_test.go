@@ -194,14 +194,14 @@ func TestRunLoadsTheVerifiedAgent(t *testing.T) {
 			if want := "booty.server=" + b.url + " console=ttyS0,115200 quiet"; m.cmdline != want {
 				t.Errorf("cmdline %q, want %q", m.cmdline, want)
 			}
-			if !bytes.HasPrefix(m.initrd, b.initrd) {
-				t.Fatalf("loaded initrd does not start with bootyd's")
+			if !bytes.HasSuffix(m.initrd, b.initrd) {
+				t.Fatalf("loaded initrd does not end with bootyd's")
 			}
-			rest := m.initrd[len(b.initrd):]
-			if !bytes.Equal(rest[:1], []byte{0}) || (len(b.initrd)+1)%4 != 0 {
-				t.Fatalf("padding: %q after %d bytes", rest[:4], len(b.initrd))
+			head := m.initrd[:len(m.initrd)-len(b.initrd)]
+			if len(head)%4 != 0 {
+				t.Fatalf("CA archive of %d bytes: bootyd's initramfs must start at a multiple of 4", len(head))
 			}
-			checkCAArchive(t, rest[1:], b.caPEM)
+			checkCAArchive(t, head, b.caPEM)
 		})
 	}
 }
@@ -230,7 +230,7 @@ func checkCAArchive(t *testing.T, a []byte, ca []byte) {
 	t.Helper()
 	recs, err := cpio.ReadAllRecords(cpio.Newc.Reader(bytes.NewReader(a)))
 	if err != nil {
-		t.Fatalf("read the appended archive: %v", err)
+		t.Fatalf("read the CA archive: %v", err)
 	}
 	var got []string
 	for _, r := range recs {
@@ -322,23 +322,24 @@ func TestRunRefusesAndChangesNothing(t *testing.T) {
 	}
 }
 
-// TestAppendCAPadsToFour: the archive starts at the next multiple of 4
-// whatever the initramfs length.
-func TestAppendCAPadsToFour(t *testing.T) {
+// TestPrependCA: the CA archive comes first, zero-padded to a multiple of
+// 4, and bootyd's initramfs follows unchanged whatever its length (an lz4
+// initramfs would take an archive after it for lz4 data).
+func TestPrependCA(t *testing.T) {
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: newCA(t)})
 	a, err := takeover.CAArchive(ca)
 	if err != nil {
 		t.Fatal(err)
 	}
+	at := (len(a) + 3) &^ 3
 	for n := 0; n < 8; n++ {
 		initrd := bytes.Repeat([]byte{0xee}, 100+n)
-		got, err := takeover.AppendCA(initrd, ca)
+		got, err := takeover.PrependCA(initrd, ca)
 		if err != nil {
 			t.Fatal(err)
 		}
-		at := (100 + n + 3) &^ 3
-		if !bytes.Equal(got[:100+n], initrd) || !bytes.Equal(got[100+n:at], make([]byte, at-100-n)) || !bytes.Equal(got[at:], a) {
-			t.Errorf("length %d: archive not at offset %d after zero padding", 100+n, at)
+		if len(got) != at+len(initrd) || !bytes.Equal(got[:len(a)], a) || !bytes.Equal(got[len(a):at], make([]byte, at-len(a))) || !bytes.Equal(got[at:], initrd) {
+			t.Errorf("length %d: want the archive, zeros up to offset %d, then the initramfs", 100+n, at)
 		}
 	}
 	checkCAArchive(t, a, ca)

@@ -60,7 +60,6 @@ type coldplugger struct {
 	// Owned by run.
 	requested map[string]bool
 	jobs      map[string]*coldplugJob
-	deferred  []string
 	netPaths  []string
 	done      chan coldplugResult
 	sem       chan struct{}
@@ -149,7 +148,6 @@ func (c *coldplugger) run() {
 		}
 		c.checkNet()
 	}
-	c.startDeferred()
 	if c.src == nil {
 		return
 	}
@@ -224,16 +222,20 @@ func (c *coldplugger) poll() ([]Device, error) {
 // asked for yet; a network device's load is marked as one NetReady waits
 // for, also when a load of that module is already in flight.
 //
-// Before coldplug settles, the drivers of CPU features (cpu: modaliases:
-// crc32c_intel, crct10dif_pclmul and the like, faster crypto and
-// checksums the kernel switches to when they come) are put off until it
-// did: nothing needs them to find disks and NICs, and under emulation
-// their crypto self-tests take CPU from the loads on the boot's path;
-// they then load at the lowest CPU priority.
+// The drivers of CPU features (cpu: modaliases: crc32c_intel,
+// crct10dif_pclmul and the like) are never loaded here: they only make
+// checksums and crypto the kernel already has built in faster, which
+// nothing the agent does needs, and their load is CPU time in the kernel
+// taken from the boot (under emulation 0.1-0.2 s each, on the path from
+// the network to the first image byte even when put off to after the
+// coldplug at the lowest priority). A kernel user that needs a module it
+// lacks still asks for it through modprobe.
 func (c *coldplugger) handle(devs []Device) {
 	for _, d := range devs {
+		if strings.HasPrefix(d.Modalias, "cpu:") {
+			continue
+		}
 		net := c.isNet(d)
-		later := !isClosed(c.settled) && strings.HasPrefix(d.Modalias, "cpu:")
 		for _, m := range c.match(d.Modalias) {
 			if c.requested[m] {
 				if j := c.jobs[m]; j != nil && net {
@@ -241,33 +243,7 @@ func (c *coldplugger) handle(devs []Device) {
 				}
 				continue
 			}
-			if later {
-				c.requested[m] = true
-				c.deferred = append(c.deferred, m)
-				continue
-			}
 			c.start(m, net)
-		}
-	}
-}
-
-// startDeferred starts the loads handle put off, at the lowest CPU
-// priority (the agent's network and config fetch come first); without a
-// device source (no hotplug after this) it waits for them, or for Stop.
-func (c *coldplugger) startDeferred() {
-	for _, m := range c.deferred {
-		c.startLoad(m, false, true)
-	}
-	c.deferred = nil
-	if c.src != nil {
-		return
-	}
-	for len(c.jobs) > 0 {
-		select {
-		case r := <-c.done:
-			c.finish(r)
-		case <-c.stop:
-			return
 		}
 	}
 }
@@ -287,21 +263,14 @@ func (c *coldplugger) isNet(d Device) bool {
 	return false
 }
 
-func (c *coldplugger) start(m string, net bool) { c.startLoad(m, net, false) }
-
-// startLoad starts the load of m in a goroutine; a low one runs on a
-// thread of its own at the lowest CPU priority (lowPriority), so it takes
-// only CPU time nothing else wants.
-func (c *coldplugger) startLoad(m string, net, low bool) {
+// start starts the load of m in a goroutine.
+func (c *coldplugger) start(m string, net bool) {
 	c.requested[m] = true
 	if c.present(m) {
 		return
 	}
 	c.jobs[m] = &coldplugJob{module: m, net: net}
 	go func() {
-		if low {
-			lowPriority()
-		}
 		select {
 		case c.sem <- struct{}{}:
 		case <-c.stop:

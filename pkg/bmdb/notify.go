@@ -12,8 +12,9 @@ import (
 
 // notifier wakes the goroutines of this process that wait for a change of a
 // machine (WaitCommand). Each machine has at most one channel; a change closes
-// it and the next watcher gets a fresh one. Other replicas' changes are not
-// seen here: waiters also poll the database.
+// it and the next watcher gets a fresh one. On PostgreSQL other replicas'
+// changes arrive through LISTEN/NOTIFY (listen) and wake the same watchers;
+// waiters also poll the database, for a listener that is reconnecting.
 type notifier struct {
 	// auth is Authenticate's cache, idle PendingCommand's; every wake of
 	// a machine drops its entries first (authcache.go).

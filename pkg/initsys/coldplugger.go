@@ -149,6 +149,16 @@ func (c *coldplugger) run() {
 		c.checkNet()
 	}
 	if c.src == nil {
+		// No hotplug after this: the loads the deadline gave up on are
+		// still recorded when they end, or until Stop.
+		for len(c.jobs) > 0 {
+			select {
+			case r := <-c.done:
+				c.finish(r)
+			case <-c.stop:
+				return
+			}
+		}
 		return
 	}
 	c.hotplug()

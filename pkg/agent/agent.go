@@ -172,9 +172,13 @@ func (a *Agent) Run(ctx context.Context) initsys.Handoff {
 		a.waitDevices(ctx)
 		cfg, prov = a.localConfig(ctx)
 	} else {
+		// A config drive may name the network, and it needs every disk:
+		// DHCP wins its lease meanwhile, applied only when the local
+		// config leaves the network to DHCP (see speculativeNetwork).
+		spec := a.speculativeNetwork(ctx)
 		a.waitDevices(ctx)
 		cfg, prov = a.localConfig(ctx)
-		netRes, netErr = a.network(ctx, cfg)
+		netRes, netErr = a.networkAfter(ctx, spec, cfg)
 	}
 	if netErr != nil {
 		// Not fatal: a config drive or /deploy still works without network.
@@ -339,6 +343,88 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 	if err != nil {
 		return nil, err
 	}
+	a.networkUp(ctx, plan, res)
+	return res, nil
+}
+
+// errLocalNetwork refuses the speculative DHCP lease: the local config
+// names the network.
+var errLocalNetwork = errors.New("the local config names the network")
+
+// specNet is a DHCP run started before the local config is known; see
+// speculativeNetwork.
+type specNet struct {
+	plan   netPlan
+	apply  chan bool // the gate's answer: apply the lease or not
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    *network.Result
+	err    error
+}
+
+// speculativeNetwork starts, in the background, the network plan the
+// kernel command line alone gives when it is DHCP (no ip=): the links
+// come up and DHCP wins a lease while the storage drivers still load, but
+// the lease waits at network.Options.Gate until finish knows the local
+// config. It returns nil (finish then just configures the network) when
+// the command line plans something else.
+func (a *Agent) speculativeNetwork(ctx context.Context) *specNet {
+	plan, err := planNetwork(a.Cmdline, nil)
+	if err != nil || plan.Source != netFromDHCP {
+		return nil
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s := &specNet{plan: plan, apply: make(chan bool, 1), cancel: cancel, done: make(chan struct{})}
+	opts := plan.options(ctx, a.Log, a.leaseLost) // the lease lives as long as the run
+	opts.Gate = func() error {
+		select {
+		case ok := <-s.apply:
+			if ok {
+				return nil
+			}
+			return errLocalNetwork
+		case <-sctx.Done():
+			return sctx.Err()
+		}
+	}
+	go func() {
+		defer close(s.done)
+		nctx, ncancel := context.WithTimeout(sctx, NetworkTimeout)
+		defer ncancel()
+		s.res, s.err = a.ConfigureNetwork(nctx, opts)
+	}()
+	return s
+}
+
+// networkAfter configures the network for the local config (nil: none)
+// once it is known: when that leaves the network to DHCP, as the
+// speculative run s planned, s's lease is applied and its result (or
+// failure) is the network's; otherwise s is stopped, nothing of it
+// applied, and the local config's plan configured. A nil s just
+// configures the network.
+func (a *Agent) networkAfter(ctx context.Context, s *specNet, local *config.MachineConfig) (*network.Result, error) {
+	if s == nil {
+		return a.network(ctx, local)
+	}
+	if plan, err := planNetwork(a.Cmdline, local); err == nil && plan.Source == netFromDHCP {
+		s.apply <- true
+		<-s.done
+		if s.err != nil {
+			return nil, s.err
+		}
+		a.networkUp(ctx, s.plan, s.res)
+		return s.res, nil
+	}
+	s.apply <- false
+	s.cancel()
+	<-s.done
+	a.Log.Info("the local config names the network: the DHCP run started while the disks were found is stopped, its lease not used")
+	return a.network(ctx, local)
+}
+
+// networkUp logs the configured network and starts listening for LLDP
+// neighbours on its links.
+func (a *Agent) networkUp(ctx context.Context, plan netPlan, res *network.Result) {
 	a.Log.Info("network up", "interface", res.Interface, "mac", res.MAC, "address", res.Address.String(),
 		"gateway", res.Gateway.String(), "method", string(res.Method), "from", plan.Source)
 	var carrier []string
@@ -346,7 +432,6 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 		carrier = a.CarrierLinks()
 	}
 	a.startLLDP(ctx, a.Log, lldpLinks(plan, res, carrier), a.outbox.poke) // in the background, ends with the run
-	return res, nil
 }
 
 // leaseLost queues the loss of link's DHCP lease (err names the address

@@ -211,41 +211,83 @@ func TestConfigDrivesScannedOnce(t *testing.T) {
 	}
 }
 
-// The network waits for the coldplug (every disk there) when a config
-// drive may still decide it, and comes up while the storage drivers load
-// when the kernel command line decides it (ip=) or names the config
-// (booty.config=, no local provider asked).
+// The network comes up while the storage drivers load. When the kernel
+// command line decides it (ip=) or names the config (booty.config=, no
+// local provider asked), it is configured at once. Otherwise a config
+// drive, which needs every disk, may still decide it: DHCP wins its lease
+// while the disks are found, and the lease is applied only once the local
+// config turned out to leave the network to DHCP; a local static network
+// refuses it and is configured instead.
 func TestNetworkOverlapsColdplug(t *testing.T) {
+	static := cfgWith(func(c *config.MachineConfig) {
+		c.Network = config.NetworkSpec{Address: "192.0.2.10/24", Gateway: "192.0.2.1"}
+	})
 	for _, tt := range []struct {
+		name    string
 		cmdline string
+		local   *config.MachineConfig
 		want    []string
 	}{
-		{"booty.server=http://10.0.2.2:8080", []string{"devices settled", "local config", "network"}},
-		{"booty.server=http://10.0.2.2:8080 ip=dhcp", []string{"network", "devices settled", "local config"}},
-		{"booty.config=http://10.0.2.2:8080/c.yaml", []string{"network", "devices settled"}},
+		{"no local config", "booty.server=http://10.0.2.2:8080", nil,
+			[]string{"dhcp lease", "devices settled", "local config", "applied"}},
+		{"local config without network", "booty.server=http://10.0.2.2:8080", cfgWith(nil),
+			[]string{"dhcp lease", "devices settled", "local config", "applied"}},
+		{"local static network", "booty.server=http://10.0.2.2:8080", static,
+			[]string{"dhcp lease", "devices settled", "local config", "refused", "static", "applied"}},
+		{"ip=dhcp", "booty.server=http://10.0.2.2:8080 ip=dhcp", nil,
+			[]string{"dhcp lease", "applied", "devices settled", "local config"}},
+		{"booty.config=", "booty.config=http://10.0.2.2:8080/c.yaml", nil,
+			[]string{"dhcp lease", "applied", "devices settled"}},
 	} {
-		t.Run(tt.cmdline, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			var mu sync.Mutex
 			var order []string
 			note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-			a, _, _, _ := testAgent(t, tt.cmdline, cfgWith(nil), nil, &fakePipeline{})
+			leased := make(chan struct{})
+			var leasedOnce sync.Once
+			a, out, _, _ := testAgent(t, tt.cmdline, cfgWith(nil), nil, &fakePipeline{})
 			configure := a.ConfigureNetwork
 			a.ConfigureNetwork = func(ctx context.Context, o network.Options) (*network.Result, error) {
-				note("network")
+				if o.Static != nil {
+					note("static")
+				} else {
+					note("dhcp lease")
+					leasedOnce.Do(func() { close(leased) })
+					if o.Gate != nil {
+						if err := o.Gate(); err != nil {
+							note("refused")
+							return nil, err
+						}
+					}
+				}
+				note("applied")
 				return configure(ctx, o)
 			}
-			a.WaitDevices = func(context.Context) error { note("devices settled"); return nil }
+			a.WaitDevices = func(context.Context) error {
+				select { // the disks take longer than the lease
+				case <-leased:
+				case <-time.After(10 * time.Second):
+				}
+				note("devices settled")
+				return nil
+			}
 			a.LoadLocalConfig = func(context.Context, provider.Cmdline) (*config.MachineConfig, config.Provider, error) {
 				note("local config")
-				return nil, nil, config.ErrNoConfig
+				if tt.local == nil {
+					return nil, nil, config.ErrNoConfig
+				}
+				return tt.local, &logSink{}, nil
 			}
 			if h := a.Run(context.Background()); h.Action != initsys.Poweroff {
-				t.Fatalf("handoff %v, want poweroff", h.Action)
+				t.Fatalf("handoff %v, want poweroff\n%s", h.Action, out)
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			if strings.Join(order, ",") != strings.Join(tt.want, ",") {
 				t.Errorf("order %v, want %v", order, tt.want)
+			}
+			if n := strings.Count(out.String(), "msg=\"network up\""); n != 1 {
+				t.Errorf("%d \"network up\" lines, want 1:\n%s", n, out)
 			}
 		})
 	}

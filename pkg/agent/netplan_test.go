@@ -85,8 +85,9 @@ func TestPlanNetwork(t *testing.T) {
 	}
 }
 
-// A config drive's static network comes up before anything is fetched, no
-// DHCP runs, and the local config is the one used (the chain is not asked).
+// A config drive's static network comes up before anything is fetched, the
+// DHCP lease won while the disks were found is not applied, and the local
+// config is the one used (the chain is not asked).
 func TestRunAppliesLocalStaticNetwork(t *testing.T) {
 	local := cfgWith(func(c *config.MachineConfig) {
 		c.Network = config.NetworkSpec{Address: "192.0.2.10/24", Gateway: "192.0.2.1", DNS: []string{"192.0.2.53"}}
@@ -108,7 +109,16 @@ func TestRunAppliesLocalStaticNetwork(t *testing.T) {
 			r := &fakePipeline{}
 			a, _, _, _ := testAgent(t, tt.cmdline, cfgWith(nil), nil, r)
 			var got []network.Options
+			refused := 0
 			a.ConfigureNetwork = func(_ context.Context, o network.Options) (*network.Result, error) {
+				if o.Static == nil && o.Gate != nil {
+					// DHCP won a lease while the disks were found; the
+					// agent decides at the gate whether it is applied.
+					if err := o.Gate(); err != nil {
+						refused++
+						return nil, err
+					}
+				}
 				got = append(got, o)
 				if o.Static == nil {
 					return nil, errors.New("dhcp on eth0: no offer")
@@ -133,7 +143,10 @@ func TestRunAppliesLocalStaticNetwork(t *testing.T) {
 				t.Fatalf("handoff %s, ran %q; want poweroff after provision", h.Action, r.ran)
 			}
 			if len(got) != 1 {
-				t.Fatalf("ConfigureNetwork called %d times, want once", len(got))
+				t.Fatalf("network configured %d times, want once", len(got))
+			}
+			if wantRefused := map[bool]int{true: 1}[tt.wantStatic]; refused != wantRefused {
+				t.Errorf("DHCP leases refused at the gate: %d, want %d", refused, wantRefused)
 			}
 			if tt.wantStatic != (got[0].Static != nil) {
 				t.Fatalf("Static = %+v, want static %v", got[0].Static, tt.wantStatic)

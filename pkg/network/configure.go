@@ -59,6 +59,14 @@ type Options struct {
 	// Lifetime, when set, keeps DHCPv4 and DHCPv6 leases renewed until it
 	// ends (see keepLease); nil lets them lapse.
 	Lifetime context.Context
+	// Gate, when set, is called once DHCPv4 won a lease and before any of
+	// it is applied: the lease is applied when Gate returns nil, and
+	// Configure returns Gate's error, with nothing applied (the links stay
+	// up), otherwise. It may block for as long as it needs (Timeout does
+	// not end its wait; a lease is good for far longer). The agent gets a
+	// lease while it waits for its disks, before a config drive may name
+	// another network. Not called for Static or Setup.
+	Gate func() error
 	// OnLeaseLost is called (from the renewal goroutine) when a lease ends
 	// without renewal; the error wraps ErrLeaseLost. nil: only logged.
 	OnLeaseLost func(link string, err error)
@@ -149,6 +157,7 @@ func (o *Options) defaults() {
 // ResolvConf gets its nameservers and search domains. Nothing is applied to
 // losing links. Every wait is bounded by Timeout, each DHCP attempt by
 // DHCPTimeout, with at most DHCPAttempts per link and exponential backoff.
+// With Gate set, a won lease is applied only when Gate agrees.
 // Errors wrap ErrNoLinks, ErrNoCarrier or ErrNoLease, or name the netlink
 // operation that failed; a failure after an address was applied leaves it.
 //
@@ -215,6 +224,12 @@ func Configure(ctx context.Context, opts Options) (*Result, error) {
 			}); len(down) > 0 {
 				err = fmt.Errorf("%w; no carrier within %s on %v", err, opts.CarrierTimeout, linkNames(down))
 			}
+			return nil, err
+		}
+	}
+	if opts.Gate != nil && res.Method == MethodDHCP {
+		if err := opts.Gate(); err != nil {
+			log.Info("DHCP lease not applied", "interface", res.Interface, "address", res.Address, "reason", err)
 			return nil, err
 		}
 	}

@@ -248,6 +248,58 @@ func TestConfigureDHCP(t *testing.T) {
 	assertFile(t, opts.ResolvConf, "# written by booty\nnameserver 10.123.0.53\nsearch lab.example example\n")
 }
 
+// TestConfigureGate: the lease is won before Gate is asked; it is applied
+// only when Gate says so, and a refusal applies nothing and is returned.
+func TestConfigureGate(t *testing.T) {
+	n := newTestNet(t)
+	n.veth(t, "srv0", "cli0", "10.123.0.1/24", false)
+	n.dhcpServer(t, "srv0")
+
+	t.Run("refused", func(t *testing.T) {
+		opts := n.opts(t)
+		refuse := errors.New("the local config names the network")
+		asked := 0
+		opts.Gate = func() error {
+			asked++
+			if got := n.addrs(t, "cli0"); slices.Contains(got, "10.123.0.10/24") {
+				t.Errorf("Gate asked after the lease was applied: %v", got)
+			}
+			return refuse
+		}
+		res, err := Configure(t.Context(), opts)
+		if !errors.Is(err, refuse) || res != nil {
+			t.Fatalf("Configure = %v, %v; want Gate's error", res, err)
+		}
+		if asked != 1 {
+			t.Errorf("Gate asked %d times, want 1", asked)
+		}
+		if got := n.addrs(t, "cli0"); slices.Contains(got, "10.123.0.10/24") {
+			t.Errorf("refused lease applied anyway: %v", got)
+		}
+		if _, err := os.Stat(opts.ResolvConf); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("refused lease wrote %s (%v)", opts.ResolvConf, err)
+		}
+	})
+	t.Run("waits, then applies", func(t *testing.T) {
+		opts := n.opts(t)
+		opts.Timeout = time.Second // the wait at the gate outlasts it
+		release := make(chan struct{})
+		opts.Gate = func() error { <-release; return nil }
+		done := make(chan error, 1)
+		go func() { _, err := Configure(t.Context(), opts); done <- err }()
+		select {
+		case err := <-done:
+			t.Fatalf("Configure returned before the gate opened: %v", err)
+		case <-time.After(2 * time.Second):
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("Configure: %v", err)
+		}
+		n.assertApplied(t, "cli0", "10.123.0.10/24", "10.123.0.1")
+	})
+}
+
 func TestConfigureDHCPFirstAnswerWins(t *testing.T) {
 	n := newTestNet(t)
 	// cli0 sorts first but nobody answers there; cli1 has the server.

@@ -15,6 +15,9 @@ import (
 type Device struct {
 	Path     string
 	Modalias string
+	// Interface is set for a network interface the kernel added
+	// (SUBSYSTEM=net, no modalias), reported by the event source only.
+	Interface bool
 }
 
 // ScanDevices returns the devices of every bus under sysDir (/sys) that
@@ -107,6 +110,17 @@ func netModalias(a string) bool {
 		return i >= 0 && (strings.HasPrefix(a[i+2:], "02") || strings.HasPrefix(a[i+2:], "0A") || strings.HasPrefix(a[i+2:], "E0"))
 	}
 	return false
+}
+
+// storageModalias reports whether a modalias is a PCI mass-storage
+// controller's (base class 01: SCSI, IDE, RAID, SATA, SAS, NVMe, and
+// virtio-blk).
+func storageModalias(a string) bool {
+	if !strings.HasPrefix(a, "pci:") {
+		return false
+	}
+	i := strings.Index(a, "bc")
+	return i >= 0 && strings.HasPrefix(a[i+2:], "01")
 }
 
 // ReadModulesLoad reads a modules-load file: one module name or alias per

@@ -18,28 +18,77 @@ type fakeKernel struct {
 	events   []Device            // not drained yet
 	exposes  map[string][]Device // module -> devices its probe creates
 	block    map[string]chan struct{}
+	deps     map[string][]string // module -> what it needs first
+	after    map[string]string   // module -> a module whose load its probe waits for
+	early    map[string]bool     // module -> its devices appear before its load returns
+	starts   []string            // "start m" and "end m", in order
 	loaded   []string
 	lost     bool // the next Drain reports lost events
 	wake     chan struct{}
 	useEvent bool
 }
 
+// scan lists what ScanDevices would: devices with a modalias, no
+// interfaces.
 func (k *fakeKernel) scan() ([]Device, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return slices.Clone(k.devices), nil
+	return slices.DeleteFunc(slices.Clone(k.devices), func(d Device) bool { return d.Interface }), nil
 }
 
+// load loads m after its dependencies, as kmod.Loader.Load does.
 func (k *fakeKernel) load(m string) ([]string, error) {
+	out, _ := k.loadDeps(m)
+	if !k.present(m) {
+		k.loadOne(m)
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// loadDeps loads m's dependencies, not m.
+func (k *fakeKernel) loadDeps(m string) ([]string, error) {
+	var out []string
+	for _, d := range k.deps[m] {
+		if !k.present(d) {
+			k.loadOne(d)
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (k *fakeKernel) loadOne(m string) {
+	k.mu.Lock()
+	k.starts = append(k.starts, "start "+m)
+	early := k.early[m]
+	if early {
+		// The probe ran; the load has yet to return (the kernel syncs
+		// every background probe at the end of a module's init).
+		k.devices = append(k.devices, k.exposes[m]...)
+		k.events = append(k.events, k.exposes[m]...)
+		select {
+		case k.wake <- struct{}{}:
+		default:
+		}
+	}
+	k.mu.Unlock()
 	if ch := k.block[m]; ch != nil {
 		<-ch
 	}
+	if w := k.after[m]; w != "" {
+		for end := time.Now().Add(10 * time.Second); !k.present(w) && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.starts = append(k.starts, "end "+m)
 	k.loaded = append(k.loaded, m)
-	k.devices = append(k.devices, k.exposes[m]...)
-	k.events = append(k.events, k.exposes[m]...)
-	return []string{m}, nil
+	if !early {
+		k.devices = append(k.devices, k.exposes[m]...)
+		k.events = append(k.events, k.exposes[m]...)
+	}
 }
 
 func (k *fakeKernel) present(m string) bool {
@@ -102,14 +151,14 @@ func match(a string) []string {
 func q35(useEvents bool) *fakeKernel {
 	return &fakeKernel{
 		devices: []Device{
-			{"/devices/pci0000:00/0000:00:02.0", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00"},
-			{"/devices/pci0000:00/0000:00:03.0", "pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00"},
-			{"/devices/pci0000:00/0000:00:1f.2", "pci:v00008086d00002922sv00001AF4sd00001100bc01sc06i01"},
+			{Path: "/devices/pci0000:00/0000:00:02.0", Modalias: "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00"},
+			{Path: "/devices/pci0000:00/0000:00:03.0", Modalias: "pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00"},
+			{Path: "/devices/pci0000:00/0000:00:1f.2", Modalias: "pci:v00008086d00002922sv00001AF4sd00001100bc01sc06i01"},
 		},
 		exposes: map[string][]Device{
 			"virtio_pci": {
-				{"/devices/pci0000:00/0000:00:02.0/virtio0", "virtio:d00000001v00001AF4"},
-				{"/devices/pci0000:00/0000:00:03.0/virtio1", "virtio:d00000002v00001AF4"},
+				{Path: "/devices/pci0000:00/0000:00:02.0/virtio0", Modalias: "virtio:d00000001v00001AF4"},
+				{Path: "/devices/pci0000:00/0000:00:03.0/virtio1", Modalias: "virtio:d00000002v00001AF4"},
 			},
 		},
 		block:    map[string]chan struct{}{},
@@ -180,6 +229,107 @@ func TestColdplugNetworkFirst(t *testing.T) {
 // A storage driver still loading when the network's are in does not hold
 // the network back, but a shared bus driver (virtio_pci, needed by the
 // disk first) does until the network device below it has its driver.
+// The dependencies of the disk controllers' drivers load before anything
+// else; the controller's own probe (which mostly waits) then runs while
+// the other drivers, the network's first, load: ahci's probe here ends
+// only once virtio_net is in.
+func TestColdplugStorageDepsFirst(t *testing.T) {
+	k := q35(true)
+	k.deps = map[string][]string{
+		"ahci":       {"scsi_mod", "libata", "libahci"},
+		"virtio_pci": {"virtio", "virtio_ring"},
+		"virtio_net": {"failover", "net_failover"},
+		"virtio_blk": {"virtio"},
+	}
+	k.after = map[string]string{"ahci": "virtio_net"}
+	c := newTestColdplugger(t, k)
+	c.loadDeps = k.loadDeps
+	go c.run()
+	waitClosed(t, "coldplug", c.settled)
+
+	k.mu.Lock()
+	starts := slices.Clone(k.starts)
+	k.mu.Unlock()
+	at := func(e string) int {
+		i := slices.Index(starts, e)
+		if i < 0 {
+			t.Fatalf("%q not in %v", e, starts)
+		}
+		return i
+	}
+	lastDep := 0
+	for _, d := range []string{"scsi_mod", "libata", "libahci", "virtio", "virtio_ring"} {
+		lastDep = max(lastDep, at("end "+d))
+	}
+	for _, m := range []string{"ahci", "virtio_pci", "virtio_net", "failover", "net_failover", "virtio_blk"} {
+		if at("start "+m) < lastDep {
+			t.Errorf("%s started before the disk controllers' dependencies were in: %v", m, starts)
+		}
+	}
+	if at("end virtio_net") > at("end ahci") {
+		t.Errorf("virtio_net loaded after ahci's probe ended: %v", starts)
+	}
+	got, err := c.Loaded()
+	if err != nil {
+		t.Error(err)
+	}
+	slices.Sort(got)
+	want := []string{"ahci", "failover", "libahci", "libata", "net_failover", "scsi_mod", "virtio", "virtio_blk", "virtio_net", "virtio_pci", "virtio_ring"}
+	if !slices.Equal(got, want) {
+		t.Errorf("loaded %v, want %v", got, want)
+	}
+}
+
+// A NIC's interface, announced while its driver's load has yet to return
+// (held up by a disk controller's background probe), makes the network
+// ready; the coldplug settles only once the load returned. Without events
+// (scans) the load's return decides, as before.
+func TestColdplugNetworkReadyOnInterface(t *testing.T) {
+	k := q35(true)
+	k.exposes["virtio_net"] = []Device{{Path: "/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", Interface: true}}
+	k.early = map[string]bool{"virtio_net": true}
+	release := make(chan struct{})
+	k.block["virtio_net"] = release
+	c := newTestColdplugger(t, k)
+	go c.run()
+	waitClosed(t, "network ready", c.netReady)
+	if k.present("virtio_net") || isClosed(c.settled) {
+		t.Errorf("virtio_net returned %v, settled %v: want the network ready while its load is held", k.present("virtio_net"), isClosed(c.settled))
+	}
+	close(release)
+	waitClosed(t, "coldplug", c.settled)
+
+	k = q35(false)
+	k.exposes["virtio_net"] = []Device{{Path: "/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", Interface: true}}
+	k.early = map[string]bool{"virtio_net": true}
+	release = make(chan struct{})
+	k.block["virtio_net"] = release
+	c = newTestColdplugger(t, k)
+	go c.run()
+	time.Sleep(200 * time.Millisecond)
+	if isClosed(c.netReady) {
+		t.Error("without events: network ready before virtio_net's load returned")
+	}
+	close(release)
+	waitClosed(t, "network ready", c.netReady)
+	waitClosed(t, "coldplug", c.settled)
+}
+
+func TestStorageModalias(t *testing.T) {
+	for a, want := range map[string]bool{
+		"pci:v00008086d00002922sv00001AF4sd00001100bc01sc06i01": true,  // ahci
+		"pci:v0000144Dd0000A808sv0000144Dsd0000A801bc01sc08i02": true,  // nvme
+		"pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00": true,  // virtio-blk
+		"pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00": false, // virtio-net
+		"virtio:d00000002v00001AF4":                             false,
+		"usb:v0781p5581d0100dc00dsc00dp00ic08isc06ip50in00":     false,
+	} {
+		if got := storageModalias(a); got != want {
+			t.Errorf("storageModalias(%q) = %v, want %v", a, got, want)
+		}
+	}
+}
+
 func TestColdplugSharedBusDriver(t *testing.T) {
 	k := q35(true)
 	release := make(chan struct{})
@@ -201,7 +351,7 @@ func TestColdplugSharedBusDriver(t *testing.T) {
 // goes without its driver.
 func TestColdplugLostEvents(t *testing.T) {
 	k := q35(true)
-	k.exposes["virtio_pci"] = append(k.exposes["virtio_pci"], Device{"/devices/x", "virtio:d00000002v00001AF4"})
+	k.exposes["virtio_pci"] = append(k.exposes["virtio_pci"], Device{Path: "/devices/x", Modalias: "virtio:d00000002v00001AF4"})
 	c := newTestColdplugger(t, k)
 	k.mu.Lock()
 	k.lost = true
@@ -233,7 +383,7 @@ func TestColdplugHotplug(t *testing.T) {
 	c := newTestColdplugger(t, k)
 	go c.run()
 	waitClosed(t, "coldplug", c.settled)
-	k.plug(Device{"/devices/pci0000:00/0000:00:1d.0/usb1/1-1/1-1:1.0", "usb:v0BDAp8153d3000dc00dsc00dp00icFFiscFFip00in00"})
+	k.plug(Device{Path: "/devices/pci0000:00/0000:00:1d.0/usb1/1-1/1-1:1.0", Modalias: "usb:v0BDAp8153d3000dc00dsc00dp00icFFiscFFip00in00"})
 	deadline := time.Now().Add(30 * time.Second)
 	for !k.present("r8152") {
 		if time.Now().After(deadline) {
@@ -270,7 +420,7 @@ func TestColdplugTimeout(t *testing.T) {
 func TestColdplugSkipsCPUFeatures(t *testing.T) {
 	for _, events := range []bool{true, false} {
 		k := q35(events)
-		k.devices = append(k.devices, Device{"/devices/system/cpu/cpu0", "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0094"})
+		k.devices = append(k.devices, Device{Path: "/devices/system/cpu/cpu0", Modalias: "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0094"})
 		c := newTestColdplugger(t, k)
 		go c.run()
 		waitClosed(t, "coldplug", c.settled)

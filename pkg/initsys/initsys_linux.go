@@ -287,6 +287,7 @@ func (s *System) startColdplug() {
 	c.match = l.Index.MatchAlias
 	c.present = l.Present
 	c.load = func(m string) ([]string, error) { return l.Load(m) }
+	c.loadDeps = func(m string) ([]string, error) { return l.LoadDeps(m) }
 	if s.Sys.Uevents != nil {
 		src, err := s.Sys.Uevents()
 		if err != nil {

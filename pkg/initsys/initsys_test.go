@@ -311,13 +311,13 @@ func TestScanDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Device{
-		{"/devices/pci0000:00/0000:00:02.0", "pci:v00001234d00001111sv00001AF4sd00001100bc03sc00i00"},
-		{"/devices/pci0000:00/0000:00:04.0", "pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00"},
-		{"/devices/platform/serial8250", "platform:serial8250"},
-		{"/devices/system/cpu/cpu0", "cpu:type:x86,ven0000fam0006mod003F:feature:,0000"},
+		{Path: "/devices/pci0000:00/0000:00:02.0", Modalias: "pci:v00001234d00001111sv00001AF4sd00001100bc03sc00i00"},
+		{Path: "/devices/pci0000:00/0000:00:04.0", Modalias: "pci:v00001AF4d00001001sv00001AF4sd00000002bc01sc00i00"},
+		{Path: "/devices/platform/serial8250", Modalias: "platform:serial8250"},
+		{Path: "/devices/system/cpu/cpu0", Modalias: "cpu:type:x86,ven0000fam0006mod003F:feature:,0000"},
 	}
 	if !slices.Equal(got, want) {
-		t.Errorf("ScanDevices =\n %q\nwant\n %q", got, want)
+		t.Errorf("ScanDevices =\n %+v\nwant\n %+v", got, want)
 	}
 	if _, err := ScanDevices(t.TempDir()); err == nil {
 		t.Error("scan without a bus dir succeeded")

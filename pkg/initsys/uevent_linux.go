@@ -12,7 +12,8 @@ import (
 
 // ueventSocket is the kernel's uevent multicast (NETLINK_KOBJECT_UEVENT,
 // group 1), read without blocking: the devices it announces with an
-// "add" and a MODALIAS are what coldplug loads drivers for.
+// "add" and a MODALIAS are what coldplug loads drivers for, the network
+// interfaces it adds what tells it the NICs are there.
 type ueventSocket struct {
 	fd  int
 	buf []byte
@@ -71,7 +72,7 @@ func (u *ueventSocket) Close() error { return unix.Close(u.fd) }
 
 // parseUevent reads a kernel uevent ("add@/devices/...\0ACTION=add\0
 // DEVPATH=...\0MODALIAS=...\0...") and returns its device when it is an
-// addition with a modalias.
+// addition with a modalias, or of a network interface (SUBSYSTEM=net).
 func parseUevent(msg []byte) (Device, bool) {
 	var d Device
 	add := false
@@ -94,7 +95,12 @@ func parseUevent(msg []byte) (Device, bool) {
 			d.Path = v
 		case "MODALIAS":
 			d.Modalias = v
+		case "SUBSYSTEM":
+			d.Interface = v == "net"
 		}
 	}
-	return d, add && d.Modalias != "" && d.Path != ""
+	if d.Interface {
+		d.Modalias = ""
+	}
+	return d, add && (d.Modalias != "" || d.Interface) && d.Path != ""
 }

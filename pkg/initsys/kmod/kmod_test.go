@@ -256,6 +256,38 @@ func TestLoaderLoad(t *testing.T) {
 	}
 }
 
+// LoadDeps loads what a module needs before it, not the module itself;
+// Load of it afterwards loads only the module.
+func TestLoaderLoadDeps(t *testing.T) {
+	var calls []string
+	l := &Loader{
+		Dir:         "/m",
+		Index:       testIndex(t),
+		ProcModules: filepath.Join(t.TempDir(), "modules"),
+		Log:         slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Init: func(path, params string) error {
+			calls = append(calls, Name(path))
+			return nil
+		},
+	}
+	loaded, err := l.LoadDeps("virtio-net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"failover", "net_failover", "virtio", "virtio_ring"} {
+		if !slices.Contains(loaded, m) {
+			t.Errorf("LoadDeps(virtio-net) loaded %v, want %s among them", loaded, m)
+		}
+	}
+	if slices.Contains(calls, "virtio_net") {
+		t.Errorf("LoadDeps(virtio-net) loaded virtio_net itself: %v", calls)
+	}
+	calls = nil
+	if loaded, err := l.Load("virtio_net"); err != nil || !slices.Equal(loaded, []string{"virtio_net"}) || !slices.Equal(calls, []string{"virtio_net"}) {
+		t.Errorf("Load after LoadDeps = %v, %v (calls %v); want only virtio_net", loaded, err, calls)
+	}
+}
+
 func TestDecompress(t *testing.T) {
 	payload := bytes.Repeat([]byte("\x7fELF module image "), 100)
 	var gz, zs, x bytes.Buffer

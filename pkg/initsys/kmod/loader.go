@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -120,6 +121,18 @@ func (l *Loader) present(name string) bool {
 // with all errors joined. A name that resolves to nothing is an error
 // wrapping ErrNotFound.
 func (l *Loader) Load(names ...string) ([]string, error) {
+	return l.load(names, false)
+}
+
+// LoadDeps is Load of what each name needs before it (its dependencies
+// and softdep pre: modules) without the name's own module: the coldplug
+// loads the dependencies of slow-probing disk controllers first, on their
+// own (see initsys).
+func (l *Loader) LoadDeps(names ...string) ([]string, error) {
+	return l.load(names, true)
+}
+
+func (l *Loader) load(names []string, depsOnly bool) ([]string, error) {
 	var errs []error
 	var mods []string
 	for _, n := range names {
@@ -137,6 +150,12 @@ func (l *Loader) Load(names ...string) ([]string, error) {
 		order, err := l.Index.Order(name)
 		if err != nil {
 			errs = append(errs, err)
+		}
+		if depsOnly {
+			// The module itself, and its softdep post: modules after it.
+			if i := slices.IndexFunc(order, func(m *Module) bool { return m.Name == Name(name) }); i >= 0 {
+				order = order[:i]
+			}
 		}
 		for _, m := range order {
 			ok, err := l.ensure(m)

@@ -111,6 +111,12 @@ func CheckRedirect(allowHTTP bool) func(req *http.Request, via []*http.Request) 
 	}
 }
 
+// SameOrigin reports whether a and b have the same scheme, host and port
+// (the scheme's default port when absent).
+func SameOrigin(a, b *url.URL) bool {
+	return strings.EqualFold(a.Scheme, b.Scheme) && sameHost(a, b)
+}
+
 // sameHost compares host and port (the scheme's default port when absent).
 func sameHost(a, b *url.URL) bool {
 	port := func(u *url.URL) string {

@@ -124,6 +124,34 @@ func (p *ServerProvider) client() (*http.Client, error) {
 	return c, nil
 }
 
+// ClientFor returns a client that shares p's connections to bootyd, for a
+// download of bootyd's own files (the image) to reuse them instead of
+// opening its own (20-35 ms of an emulated agent's boot each): when
+// rawURL has the scheme, host and port of p.URL and caPEM is the CA p
+// trusts, so the client verifies the server exactly as a new one would.
+// It has no overall timeout (a download has its own idle bounds). It
+// returns nil otherwise, and the caller makes its own client.
+func (p *ServerProvider) ClientFor(rawURL, caPEM string) *http.Client {
+	if caPEM != p.CACert {
+		return nil
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil
+	}
+	base, err := url.Parse(p.URL)
+	if err != nil || !httpfetch.SameOrigin(u, base) {
+		return nil
+	}
+	c, err := p.client()
+	if err != nil {
+		return nil
+	}
+	cc := *c
+	cc.Timeout = 0
+	return &cc
+}
+
 // Load fetches the config by MAC; see ServerProvider.
 func (p *ServerProvider) Load(ctx context.Context) (*config.MachineConfig, error) {
 	if msg := config.CheckURL(p.URL, "http", "https"); msg != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -196,6 +197,45 @@ func TestProvisionReportsEveryStep(t *testing.T) {
 	o.SetAllowHTTP(true)
 	if err := o.stepWriteImage(context.Background()); err != nil || !got.AllowHTTP {
 		t.Errorf("SetAllowHTTP(true) did not reach the image writer (err %v)", err)
+	}
+	if got.HTTPClient != nil {
+		t.Error("the image writer got a client from a provider that lends none")
+	}
+}
+
+// lendingProvider lends a client for its own URLs, as
+// provider.ServerProvider.ClientFor does.
+type lendingProvider struct {
+	recordingProvider
+	client *http.Client
+	asked  []string
+}
+
+func (p *lendingProvider) ClientFor(rawURL, caPEM string) *http.Client {
+	p.asked = append(p.asked, rawURL+" "+caPEM)
+	return p.client
+}
+
+// The image writer fetches with the client the provider lends for the
+// image URL and the config's CA (bootyd's connections).
+func TestWriteImageUsesProviderClient(t *testing.T) {
+	p := &lendingProvider{client: &http.Client{}}
+	cfg := keepConfig()
+	cfg.Server.CACert = "-----BEGIN CERTIFICATE-----"
+	o, _ := newTestOrchestrator(t, cfg, p)
+	var got image.Options
+	o.writeImage = func(_ context.Context, opts image.Options) (image.Result, error) {
+		got = opts
+		return image.Result{ImageSize: 100}, nil
+	}
+	if err := o.Provision(context.Background()); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	if got.HTTPClient != p.client {
+		t.Errorf("image writer client %p, want the provider's %p", got.HTTPClient, p.client)
+	}
+	if want := cfg.Image.URL + " " + cfg.Server.CACert; len(p.asked) != 1 || p.asked[0] != want {
+		t.Errorf("provider asked %q, want [%q]", p.asked, want)
 	}
 }
 

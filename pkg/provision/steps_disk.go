@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -30,6 +31,12 @@ func (o *Orchestrator) stepSelectDisk(ctx context.Context) error {
 	return nil
 }
 
+// clientFor is a provider that lends its HTTP connections to a download
+// from its own server (provider.ServerProvider.ClientFor).
+type clientFor interface {
+	ClientFor(rawURL, caPEM string) *http.Client
+}
+
 func (o *Orchestrator) stepWriteImage(ctx context.Context) error {
 	t := o.SelectedDisk()
 	if t == nil {
@@ -39,7 +46,13 @@ func (o *Orchestrator) stepWriteImage(ctx context.Context) error {
 	if o.cfg.Server.CACert != "" {
 		ca = []byte(o.cfg.Server.CACert)
 	}
+	// An image on bootyd's own files reuses the provider's connections.
+	var client *http.Client
+	if cf, ok := o.provider.(clientFor); ok {
+		client = cf.ClientFor(o.cfg.Image.URL, o.cfg.Server.CACert)
+	}
 	res, err := o.writeImage(ctx, image.Options{
+		HTTPClient:    client,
 		Source:        o.cfg.Image.URL,
 		Checksum:      o.cfg.Image.Checksum,
 		ImageChecksum: o.cfg.Image.ImageChecksum,

@@ -142,7 +142,8 @@ func BenchmarkDecoders(b *testing.B) {
 		{"zstd/default", nil},
 		{"zstd/concurrency1", []zstd.DOption{zstd.WithDecoderConcurrency(1)}},
 		{"zstd/concurrency2-lowmem-off", []zstd.DOption{zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(false)}},
-		{"zstd/used", zstdOptions},
+		{"zstd/used-unverified", zstdDecoderOptions(true)},
+		{"zstd/used", ZstdOptions()},
 	}
 	for _, c := range zstdCases {
 		b.Run(c.name, func(b *testing.B) {

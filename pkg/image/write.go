@@ -99,6 +99,7 @@ func Write(ctx context.Context, opts Options) (Result, error) {
 		w.want = d
 	}
 	o.blindResume = w.want.algo != "" || w.wantImg.algo != ""
+	o.frameChecksums = !o.blindResume
 
 	if o.TargetWriter != nil {
 		w.t = o.TargetWriter

@@ -197,6 +197,8 @@ type writer struct {
 	pendingZero job // zero range not yet sent, coalesced
 	decErr      error
 	decTotal    int64
+	chunk       *chunker      // the decoder's chunker, set before the decoder runs
+	zskip       *zstdZeroSkip // between source and zstd decoder, or nil
 
 	free      chan []byte
 	zeroChunk []byte   // ChunkSize bytes of zeros, never written: the data of all-zero chunks
@@ -285,6 +287,11 @@ func (w *writer) run() (Result, error) {
 		// of through a second copy into br.
 		buffered, _ := br.Peek(br.Buffered())
 		in = io.MultiReader(bytes.NewReader(buffered), w.blocks)
+		if !w.o.frameChecksums {
+			// Verified: long zero runs may bypass the decoder.
+			w.zskip = newZstdZeroSkip(in, w.skipZeros)
+			in = w.zskip
+		}
 	}
 	dec, closeDec, err := openDecoder(format, in, w.o)
 	if err != nil {

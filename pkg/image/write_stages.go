@@ -32,7 +32,8 @@ func (w *writer) stream(dec, in io.Reader) error {
 	w.zeroChunk = zc
 	decOut := make(chan *chunk, 2)
 	hashOut := make(chan *chunk, 2)
-	w.stages.Go(func() { w.decodeLoop(dec, in, decOut) })
+	w.chunk = &chunker{w: w, out: decOut, size: w.o.ChunkSize}
+	w.stages.Go(func() { w.decodeLoop(dec, in) })
 	w.stages.Go(func() { w.hashLoop(decOut, hashOut) })
 	w.jobs = make(chan job, w.o.Writers)
 	for range w.o.Writers {
@@ -66,16 +67,19 @@ func (w *writer) stream(dec, in io.Reader) error {
 // hand out their own buffers (zstd, gzip, and a raw image through the
 // blockReader) write into the chunker without an extra copy; others are
 // read through a small buffer.
-func (w *writer) decodeLoop(dec, in io.Reader, out chan<- *chunk) {
-	defer close(out)
+func (w *writer) decodeLoop(dec, in io.Reader) {
+	k := w.chunk
+	defer close(k.out)
 	defer safego.Recover("decode "+w.srcName, w.fail)
-	k := &chunker{w: w, out: out, size: w.o.ChunkSize}
 	var buf []byte // io.CopyBuffer reads through it only when dec has no WriteTo
 	if _, ok := dec.(io.WriterTo); !ok {
 		buf = make([]byte, 256<<10)
 	}
 	_, rerr := io.CopyBuffer(k, dec, buf)
 	total := k.off + int64(k.n)
+	if rerr == nil && w.zskip != nil {
+		rerr = w.zskip.check(total)
+	}
 	switch {
 	case w.ctx.Err() != nil:
 		w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
@@ -144,6 +148,34 @@ func (k *chunker) Write(p []byte) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// skipZeros adds n zero bytes to the image without scanning or copying
+// them: the rest of a chunk with a buffer is cleared, whole chunks go
+// without one. It fails only when the write was cancelled.
+func (k *chunker) skipZeros(n int64) error {
+	for n > 0 {
+		m := int(min(int64(k.size-k.n), n))
+		if k.buf != nil {
+			clear(k.buf[k.n : k.n+m])
+		}
+		k.n += m
+		n -= int64(m)
+		if k.n == k.size {
+			if err := k.send(false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// skipZeros is zstdZeroSkip's way into the decoder's chunker.
+func (w *writer) skipZeros(n int64) error {
+	if w.chunk == nil {
+		return fmt.Errorf("write %s: zero run before the decoder started", w.name)
+	}
+	return w.chunk.skipZeros(n)
 }
 
 // send sends the chunk being filled, if it has bytes, marked as the end of

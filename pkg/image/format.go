@@ -43,21 +43,21 @@ var zstdOptions = []zstd.DOption{zstd.WithDecoderConcurrency(1), zstd.WithDecode
 
 // zstdDecoderOptions returns zstdOptions, with the frame checksum (the
 // xxhash-64 of every decoded byte that a zstd frame may end with) checked
-// only when frameChecksum is set. Write checks it only when no sha256
-// verifies the image (AllowUnverified): a served-file checksum already
-// fixes every input byte of a deterministic decoder, an image checksum
-// every output byte, so the frame checksum adds nothing to either, and it
-// costs 14 % of the decoder's goroutine, the write's critical path on a
-// sparse image (0.34 s of 2.4 s on the bench's sparse.img.zst;
-// docs/bench.md, "Where the time goes: the sparse image").
+// by the decoder only when frameChecksum is set. Write sets it only when
+// no checksum verifies the image; otherwise zero runs bypass the decoder
+// (zstdZeroSkip), which then cannot check the checksum, and Write checks
+// it over the image as written, in the hash stage: the decoder's goroutine
+// is the write's critical path on a sparse image, and the checksum was
+// 0.34 s of its 2.4 s on the bench's sparse.img.zst (docs/bench.md,
+// "Where the time goes: the sparse image").
 func zstdDecoderOptions(frameChecksum bool) []zstd.DOption {
 	return append(slices.Clone(zstdOptions), zstd.IgnoreChecksum(!frameChecksum))
 }
 
 // ZstdOptions returns the zstd decoder options Write uses for a verified
-// image (a checksum given: the frame checksum is not checked), so a
-// benchmark of the decoder alone (hack/bench's floor) times the same
-// decoder doing the same work.
+// image (a checksum given: the decoder leaves the frame checksum to
+// Write), so a benchmark of the decoder alone (hack/bench's floor) times
+// the same decoder doing the same work.
 func ZstdOptions() []zstd.DOption { return zstdDecoderOptions(false) }
 
 // magicLen is how many leading bytes DetectFormat and sizeHintFromHeader

@@ -141,12 +141,21 @@ func classifyFetch(ctx context.Context, err error) error {
 // Its buffer goes back to the pool when the last holder calls put; an
 // all-zero chunk has no buffer (buf nil) and reads from writer.zeroChunk.
 type chunk struct {
-	off  int64
-	data []byte
-	buf  []byte
-	refs atomic.Int32
-	free chan []byte
-	last bool // the decoder ended right after this chunk
+	off   int64
+	data  []byte
+	buf   []byte
+	refs  atomic.Int32
+	free  chan []byte
+	last  bool        // the decoder ended right after this chunk
+	marks []frameMark // zstd frames that end in this chunk or at its start
+}
+
+// frameMark is the end of a zstd frame in the image and the frame's
+// checksum (see zstdZeroSkip).
+type frameMark struct {
+	end    int64
+	sum    uint32
+	hasSum bool
 }
 
 func (c *chunk) put() {
@@ -199,6 +208,8 @@ type writer struct {
 	decTotal    int64
 	chunk       *chunker      // the decoder's chunker, set before the decoder runs
 	zskip       *zstdZeroSkip // between source and zstd decoder, or nil
+	frameSum    *xxh64        // the zstd frame checksum, computed by hashLoop when zskip is set
+	tailMarks   []frameMark   // frame ends after the last chunk sent
 
 	free      chan []byte
 	zeroChunk []byte   // ChunkSize bytes of zeros, never written: the data of all-zero chunks
@@ -289,7 +300,8 @@ func (w *writer) run() (Result, error) {
 		in = io.MultiReader(bytes.NewReader(buffered), w.blocks)
 		if !w.o.frameChecksums {
 			// Verified: long zero runs may bypass the decoder.
-			w.zskip = newZstdZeroSkip(in, w.skipZeros)
+			w.zskip = newZstdZeroSkip(in, w.skipZeros, w.frameEnd)
+			w.frameSum = newXXH64()
 			in = w.zskip
 		}
 	}

@@ -80,6 +80,7 @@ func (w *writer) decodeLoop(dec, in io.Reader) {
 	if rerr == nil && w.zskip != nil {
 		rerr = w.zskip.check(total)
 	}
+	defer func() { w.tailMarks = k.marks }() // for hashLoop, once out is closed
 	switch {
 	case w.ctx.Err() != nil:
 		w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
@@ -113,12 +114,13 @@ func (w *writer) decodeLoop(dec, in io.Reader) {
 // so it costs no memory). On a sparse image most of the zeros are thus
 // scanned once at memory speed and never copied.
 type chunker struct {
-	w    *writer
-	out  chan<- *chunk
-	size int
-	off  int64  // image offset of the chunk being filled
-	n    int    // its bytes so far
-	buf  []byte // its buffer, nil while it is all zeros
+	w     *writer
+	out   chan<- *chunk
+	size  int
+	off   int64       // image offset of the chunk being filled
+	n     int         // its bytes so far
+	buf   []byte      // its buffer, nil while it is all zeros
+	marks []frameMark // frame ends to send with it
 }
 
 // Write adds p to the image; it fails only when the write was cancelled.
@@ -170,6 +172,13 @@ func (k *chunker) skipZeros(n int64) error {
 	return nil
 }
 
+// frameEnd is zstdZeroSkip's report of a frame's end: it marks the
+// frame's end at the image offset the chunker has reached.
+func (w *writer) frameEnd(sum uint32, hasSum bool) {
+	k := w.chunk
+	k.marks = append(k.marks, frameMark{end: k.off + int64(k.n), sum: sum, hasSum: hasSum})
+}
+
 // skipZeros is zstdZeroSkip's way into the decoder's chunker.
 func (w *writer) skipZeros(n int64) error {
 	if w.chunk == nil {
@@ -184,7 +193,8 @@ func (k *chunker) send(last bool) error {
 	if k.n == 0 {
 		return nil
 	}
-	c := &chunk{off: k.off, buf: k.buf, free: k.w.free, last: last}
+	c := &chunk{off: k.off, buf: k.buf, free: k.w.free, last: last, marks: k.marks}
+	k.marks = nil
 	if k.buf != nil {
 		c.data = k.buf[:k.n]
 	} else {
@@ -211,6 +221,13 @@ func (w *writer) hashLoop(in <-chan *chunk, out chan<- *chunk) {
 		if w.imageHash != nil {
 			w.imageHash.Write(c.data)
 		}
+		if w.frameSum != nil {
+			if err := w.checkFrames(c); err != nil {
+				c.put()
+				w.fail(err)
+				return
+			}
+		}
 		if w.bmap != nil {
 			if err := w.bmap.check(c.off, c.data); err != nil {
 				c.put()
@@ -225,11 +242,42 @@ func (w *writer) hashLoop(in <-chan *chunk, out chan<- *chunk) {
 			return
 		}
 	}
+	if w.frameSum != nil && w.decErr == nil {
+		if err := w.checkFrames(&chunk{off: w.chunk.off, marks: w.tailMarks}); err != nil {
+			w.fail(err)
+			return
+		}
+	}
 	if w.bmap != nil && w.decErr == nil {
 		if err := w.bmap.done(); err != nil {
 			w.fail(fmt.Errorf("verify %s against bmap %s: %w", w.srcName, w.o.Bmap, err))
 		}
 	}
+}
+
+// checkFrames adds c to the zstd frame checksum (an all-zero chunk
+// without reading it) and checks the checksum of every frame that ends in
+// c against what the frame says.
+func (w *writer) checkFrames(c *chunk) error {
+	add := func(from, to int64) {
+		if c.buf == nil {
+			w.frameSum.zeros(to - from)
+		} else {
+			w.frameSum.write(c.data[from-c.off : to-c.off])
+		}
+	}
+	pos := c.off
+	for _, m := range c.marks {
+		add(pos, m.end)
+		pos = m.end
+		got := uint32(w.frameSum.sum64())
+		w.frameSum.reset()
+		if m.hasSum && got != m.sum {
+			return fmt.Errorf("verify %s: the zstd frame ending at image offset %d decoded to checksum %08x, the frame says %08x: %w", w.srcName, m.end, got, m.sum, ErrCorruptSource)
+		}
+	}
+	add(pos, c.off+int64(len(c.data)))
+	return nil
 }
 
 // dispatch takes chunks in image order, holds back the first MiB and the

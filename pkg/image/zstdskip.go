@@ -29,15 +29,18 @@ import (
 //
 // What the decoder sees is then no longer the frame it declares: the
 // frame content size is removed from the header (zstdZeroSkip checks the
-// total itself, see check) and the frame checksum must not be checked
-// (zstdDecoderOptions(false); the reader is used only when a checksum
-// verifies the image). Frames with Single_Segment_flag (no window
+// total itself, see check) and the decoder must not check the frame
+// checksum (zstdDecoderOptions(false)). Write checks it over the image
+// instead: zstdZeroSkip reports each frame's end, with its checksum, to
+// frameEnd when the decoder reads past the frame, by which time the
+// decoder has written all of the frame's bytes. Frames with Single_Segment_flag (no window
 // descriptor: the window is the content size, small frames) and anything
 // that does not parse as zstd frames pass through unchanged, and the
 // decoder reports what it finds.
 type zstdZeroSkip struct {
-	r     io.Reader
-	zeros func(n int64) error
+	r        io.Reader
+	zeros    func(n int64) error
+	frameEnd func(sum uint32, hasSum bool)
 
 	pending []byte // bytes for the decoder before more is read from r
 	hdr     [18]byte
@@ -48,6 +51,8 @@ type zstdZeroSkip struct {
 	sum     bool  // the current frame ends with a checksum
 	skip    bool  // the current frame may lose RLE blocks of zeros
 	window  int64 // the current frame's window size
+	inFrame bool  // a zstd frame was started and its end not yet reported
+	sumVal  uint32
 	run     int64 // zeros the decoder was given in the current run of RLE zero blocks
 
 	declared    int64 // sum of the frame content sizes declared so far
@@ -61,13 +66,14 @@ const (
 	zsBlock             // at a block header
 	zsPass              // passing remain bytes, then after
 	zsOpaque            // not zstd frames: everything passes unchanged
+	zsSum               // at a frame's checksum
 	zstdMagic    = 0xFD2FB528
 	zstdRLE      = 1
 	zstdBlockMax = 128 << 10
 )
 
-func newZstdZeroSkip(r io.Reader, zeros func(int64) error) *zstdZeroSkip {
-	return &zstdZeroSkip{r: r, zeros: zeros, allDeclared: true}
+func newZstdZeroSkip(r io.Reader, zeros func(int64) error, frameEnd func(sum uint32, hasSum bool)) *zstdZeroSkip {
+	return &zstdZeroSkip{r: r, zeros: zeros, frameEnd: frameEnd, allDeclared: true}
 }
 
 // Read passes the stream to the decoder as described on zstdZeroSkip.
@@ -100,6 +106,13 @@ func (z *zstdZeroSkip) Read(p []byte) (int, error) {
 			if err := z.frame(); err != nil {
 				return 0, err
 			}
+		case zsSum:
+			b, err := z.readN(0, 4)
+			if err != nil {
+				return 0, unexpected(err)
+			}
+			z.sumVal = binary.LittleEndian.Uint32(b)
+			z.pending, z.state = b, zsFrame
 		case zsBlock:
 			if err := z.block(); err != nil {
 				return 0, err
@@ -121,6 +134,10 @@ func (z *zstdZeroSkip) readN(off, n int) ([]byte, error) {
 // frame reads a frame's magic number and header (or a skippable frame's
 // length) and queues them for the decoder, without the content size.
 func (z *zstdZeroSkip) frame() error {
+	if z.inFrame {
+		z.inFrame = false
+		z.frameEnd(z.sumVal, z.sum)
+	}
 	m, err := z.readN(0, 4)
 	if err != nil {
 		return err // io.EOF at a clean end
@@ -159,6 +176,7 @@ func (z *zstdZeroSkip) frame() error {
 		return unexpected(err)
 	}
 	z.frames++
+	z.inFrame = true
 	z.sum = fhd&0x04 != 0
 	z.run = 0
 	if fcsLen == 0 {
@@ -245,17 +263,12 @@ func (z *zstdZeroSkip) block() error {
 }
 
 // passChecksum makes a frame's last block be followed by its 4-byte
-// checksum, when it has one, before the next frame.
+// checksum, when it has one, which is kept for frameEnd.
 func (z *zstdZeroSkip) passChecksum() {
 	if !z.last || !z.sum {
 		return
 	}
-	if z.remain == 0 {
-		z.remain, z.after = 4, zsFrame
-		return
-	}
-	// The checksum follows the block's contents: pass both in one go.
-	z.remain += 4
+	z.after = zsSum
 }
 
 // check returns an error when the frames declared their content sizes

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"testing"
@@ -41,14 +42,26 @@ func sparseTestImage(seed uint64) []byte {
 }
 
 // zstdSkipDecode decodes comp through a zstdZeroSkip with Write's options
-// for a verified image, placing the skipped zeros in order, and returns
-// the image and how many bytes were skipped.
+// for a verified image, placing the skipped zeros in order, checks every
+// frame's checksum with xxh64 over the frame's bytes where zstdZeroSkip
+// says it ended, and returns the image and how many bytes were skipped.
 func zstdSkipDecode(t *testing.T, comp []byte) ([]byte, int64, error) {
 	t.Helper()
 	var out bytes.Buffer
+	var ends []int64
+	var frameErr error
+	start := 0
 	z := newZstdZeroSkip(bytes.NewReader(comp), func(n int64) error {
 		out.Write(make([]byte, n))
 		return nil
+	}, func(sum uint32, hasSum bool) {
+		ends = append(ends, int64(out.Len()))
+		h := newXXH64()
+		h.write(out.Bytes()[start:])
+		if got := uint32(h.sum64()); hasSum && got != sum && frameErr == nil {
+			frameErr = fmt.Errorf("frame %d (bytes %d-%d): xxh64 %08x, the frame says %08x: %w", len(ends), start, out.Len(), got, sum, ErrCorruptSource)
+		}
+		start = out.Len()
 	})
 	zr, err := zstd.NewReader(z, ZstdOptions()...)
 	if err != nil {
@@ -58,7 +71,50 @@ func zstdSkipDecode(t *testing.T, comp []byte) ([]byte, int64, error) {
 	if _, err := zr.WriteTo(&out); err != nil {
 		return out.Bytes(), z.skipped, err
 	}
+	if len(ends) != z.frames || frameErr != nil {
+		return out.Bytes(), z.skipped, fmt.Errorf("%d frames, %d ends reported: %w", z.frames, len(ends), frameErr)
+	}
 	return out.Bytes(), z.skipped, z.check(int64(out.Len()))
+}
+
+// xxh64 gives XXH64's published values (seed 0), whole or fed in pieces
+// and zero runs, and the checksums the zstd CLI writes into its frames
+// (TestZstdZeroSkip).
+func TestXXH64(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want uint64
+	}{
+		{"", 0xef46db3751d8e999},
+		{"a", 0xd24ec4f1a98c6e5b},
+		{"abc", 0x44bc2cf5ad770999},
+		{"Nobody inspects the spammish repetition", 0xfbcea83c8a378bf1},
+	} {
+		h := newXXH64()
+		h.write([]byte(tt.in))
+		if got := h.sum64(); got != tt.want {
+			t.Errorf("xxh64(%q) = %#x, want %#x", tt.in, got, tt.want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, n := range []int{0, 1, 31, 32, 33, 100, 4096, 100000} {
+		data := make([]byte, n+2000)
+		fillData(rng, data[:n])
+		whole := newXXH64()
+		whole.write(data)
+		parts := newXXH64()
+		for p := data[:n]; len(p) > 0; {
+			k := min(len(p), rng.IntN(70)+1)
+			parts.write(p[:k])
+			p = p[k:]
+		}
+		parts.zeros(1000)
+		parts.write(data[n+1000 : n+1005])
+		parts.zeros(995)
+		if got, want := parts.sum64(), whole.sum64(); got != want {
+			t.Errorf("%d bytes and 2000 zeros in pieces: %#x, whole %#x", n, got, want)
+		}
+	}
 }
 
 // Zero runs bypass the decoder and land where they belong: frames of

@@ -28,7 +28,10 @@ import (
 // It then runs a pipeline of goroutines: fetch ▸ hash of the served bytes ▸
 // decompress into chunks ▸ hash of the image (and bmap range checks) ▸
 // dispatch ▸ a pool of writers that write chunks at their offsets
-// (O_DIRECT where the target allows it). All-zero runs are not written as
+// (O_DIRECT where the target allows it). For a zstd image that a checksum
+// verifies, long zero runs bypass the decoder (zstdZeroSkip) and the
+// frames' checksums are checked over the image in the hash stage instead
+// of by the decoder. All-zero runs are not written as
 // data: they are skipped on a truncated regular file or a target declared
 // FreshTarget, and zeroed with BLKZEROOUT (block device) otherwise; with a
 // bmap, unmapped ranges are treated the same way. The first MiB of the

@@ -189,3 +189,25 @@ func BenchmarkDecoders(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkXXH64 times the frame checksum Write computes in its hash
+// stage for a zstd image whose zero runs bypass the decoder: over data,
+// and over zero runs without reading them.
+func BenchmarkXXH64(b *testing.B) {
+	data := make([]byte, 4<<20)
+	fillData(rand.New(rand.NewPCG(1, 2)), data)
+	b.Run("data", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		h := newXXH64()
+		for b.Loop() {
+			h.write(data)
+		}
+	})
+	b.Run("zeros", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		h := newXXH64()
+		for b.Loop() {
+			h.zeros(int64(len(data)))
+		}
+	})
+}

@@ -304,7 +304,13 @@ func (w *writer) run() (Result, error) {
 		if !w.o.frameChecksums {
 			// Verified: long zero runs may bypass the decoder.
 			w.zskip = newZstdZeroSkip(in, w.skipZeros, w.frameEnd)
-			w.frameSum = newXXH64()
+			// The frames' checksums, unless every byte written is
+			// verified anyway: by the image checksum, or by a bmap
+			// that has a checksum for every mapped range (the rest
+			// must be zeros).
+			if w.imageHash == nil && (w.bmap == nil || !w.bmap.summed()) {
+				w.frameSum = newXXH64()
+			}
 			in = w.zskip
 		}
 	}

@@ -34,10 +34,12 @@ func TestZstdOptions(t *testing.T) {
 	}
 }
 
-// A wrong zstd frame checksum fails every write (ErrCorruptSource, the
-// target invalidated): checked by the decoder when nothing else verifies
-// the image, and by Write over the image as written when a checksum
-// does (the decoder is then told not to, see zstdDecoderOptions).
+// A wrong zstd frame checksum fails a write (ErrCorruptSource, the target
+// invalidated) unless an image checksum or a bmap with a checksum for
+// every range verifies every byte written:
+// checked by the decoder when nothing else verifies the image, and by
+// Write over the image as written when the served file's checksum does
+// (the decoder is then told not to, see zstdDecoderOptions).
 func TestWriteZstdFrameChecksum(t *testing.T) {
 	img := gptImage(t, testImageSize, false, 21)
 	comp := compress(t, FormatZstd, img) // zstd -3 writes a frame checksum
@@ -47,11 +49,18 @@ func TestWriteZstdFrameChecksum(t *testing.T) {
 	}
 	comp[len(comp)-1] ^= 0xff // the checksum's last byte
 	src := writeFile(t, "image.zst", comp)
-	for _, o := range []Options{{AllowUnverified: true}, {Checksum: sha(comp)}, {ImageChecksum: sha(img)}} {
+	bmap := writeFile(t, "image.bmap", []byte(bmapFor(t, img)))
+	for _, o := range []Options{{AllowUnverified: true}, {Checksum: sha(comp)}, {ImageChecksum: sha(img)}, {Checksum: sha(comp), Bmap: bmap}} {
 		o.Source, o.Target, o.Log = src, filepath.Join(t.TempDir(), "target.img"), testLog(t)
 		_, err := Write(context.Background(), o)
+		if o.ImageChecksum != "" || o.Bmap != "" {
+			if err != nil || !bytes.Equal(readFile(t, o.Target), img) {
+				t.Fatalf("Write verified by image checksum %q, bmap %q: %v; want the image written", o.ImageChecksum, o.Bmap, err)
+			}
+			continue
+		}
 		if !errors.Is(err, ErrCorruptSource) {
-			t.Fatalf("Write (checksum %q, image checksum %q) of a stream with a wrong frame checksum = %v, want ErrCorruptSource", o.Checksum, o.ImageChecksum, err)
+			t.Fatalf("Write (checksum %q) of a stream with a wrong frame checksum = %v, want ErrCorruptSource", o.Checksum, err)
 		}
 		assertInvalidated(t, readFile(t, o.Target), int64(len(img)))
 	}

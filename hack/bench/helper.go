@@ -19,8 +19,9 @@ import (
 const helperEnv = "BOOTY_BENCH_HELPER"
 
 // helperMain decodes one file with the Go decoders booty uses, with the
-// options pkg/image gives them (zstd on one goroutine, image.ZstdOptions;
-// gzip's defaults), and discards the output:
+// options pkg/image gives them for a verified image (zstd on one
+// goroutine, its frame checksum not checked, image.ZstdOptions; gzip's
+// defaults), and discards the output:
 //
 //	FORMAT FILE [sha256]
 //

@@ -142,7 +142,8 @@ func BenchmarkDecoders(b *testing.B) {
 		{"zstd/default", nil},
 		{"zstd/concurrency1", []zstd.DOption{zstd.WithDecoderConcurrency(1)}},
 		{"zstd/concurrency2-lowmem-off", []zstd.DOption{zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(false)}},
-		{"zstd/used", zstdOptions},
+		{"zstd/used-unverified", zstdDecoderOptions(true)},
+		{"zstd/used", ZstdOptions()},
 	}
 	for _, c := range zstdCases {
 		b.Run(c.name, func(b *testing.B) {
@@ -185,6 +186,28 @@ func BenchmarkDecoders(b *testing.B) {
 			for off := 0; off < len(img); off += sparseBlock {
 				isZero(img[off : off+sparseBlock])
 			}
+		}
+	})
+}
+
+// BenchmarkXXH64 times the frame checksum Write computes in its hash
+// stage for a zstd image whose zero runs bypass the decoder: over data,
+// and over zero runs without reading them.
+func BenchmarkXXH64(b *testing.B) {
+	data := make([]byte, 4<<20)
+	fillData(rand.New(rand.NewPCG(1, 2)), data)
+	b.Run("data", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		h := newXXH64()
+		for b.Loop() {
+			h.write(data)
+		}
+	})
+	b.Run("zeros", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		h := newXXH64()
+		for b.Loop() {
+			h.zeros(int64(len(data)))
 		}
 	})
 }

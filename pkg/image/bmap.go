@@ -291,6 +291,17 @@ func parseBmap(data []byte) (*bmap, error) {
 	return b, nil
 }
 
+// summed reports whether every range has a checksum, so that check
+// verifies every byte of the image (unmapped ones must be zero).
+func (b *bmap) summed() bool {
+	for _, r := range b.Ranges {
+		if r.Sum == "" {
+			return false
+		}
+	}
+	return true
+}
+
 // span returns the image bytes [start, end) of range r.
 func (b *bmap) span(r bmapRange) (int64, int64) {
 	return r.First * b.BlockSize, min((r.Last+1)*b.BlockSize, b.ImageSize)

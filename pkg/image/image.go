@@ -172,6 +172,11 @@ type Options struct {
 	// denseWrites turns zero-run detection off (benchmarks compare).
 	denseWrites bool
 
+	// frameChecksums makes the zstd decoder check its frames' checksums;
+	// Write sets it when no checksum verifies the image (see
+	// zstdDecoderOptions).
+	frameChecksums bool
+
 	// blindResume lets an HTTP download resume without a validator because
 	// a checksum will catch a changed file.
 	blindResume bool

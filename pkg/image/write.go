@@ -28,7 +28,10 @@ import (
 // It then runs a pipeline of goroutines: fetch ▸ hash of the served bytes ▸
 // decompress into chunks ▸ hash of the image (and bmap range checks) ▸
 // dispatch ▸ a pool of writers that write chunks at their offsets
-// (O_DIRECT where the target allows it). All-zero runs are not written as
+// (O_DIRECT where the target allows it). For a zstd image that a checksum
+// verifies, long zero runs bypass the decoder (zstdZeroSkip) and the
+// frames' checksums are checked over the image in the hash stage instead
+// of by the decoder. All-zero runs are not written as
 // data: they are skipped on a truncated regular file or a target declared
 // FreshTarget, and zeroed with BLKZEROOUT (block device) otherwise; with a
 // bmap, unmapped ranges are treated the same way. The first MiB of the
@@ -99,6 +102,7 @@ func Write(ctx context.Context, opts Options) (Result, error) {
 		w.want = d
 	}
 	o.blindResume = w.want.algo != "" || w.wantImg.algo != ""
+	o.frameChecksums = !o.blindResume
 
 	if o.TargetWriter != nil {
 		w.t = o.TargetWriter
@@ -140,12 +144,21 @@ func classifyFetch(ctx context.Context, err error) error {
 // Its buffer goes back to the pool when the last holder calls put; an
 // all-zero chunk has no buffer (buf nil) and reads from writer.zeroChunk.
 type chunk struct {
-	off  int64
-	data []byte
-	buf  []byte
-	refs atomic.Int32
-	free chan []byte
-	last bool // the decoder ended right after this chunk
+	off   int64
+	data  []byte
+	buf   []byte
+	refs  atomic.Int32
+	free  chan []byte
+	last  bool        // the decoder ended right after this chunk
+	marks []frameMark // zstd frames that end in this chunk or at its start
+}
+
+// frameMark is the end of a zstd frame in the image and the frame's
+// checksum (see zstdZeroSkip).
+type frameMark struct {
+	end    int64
+	sum    uint32
+	hasSum bool
 }
 
 func (c *chunk) put() {
@@ -196,6 +209,10 @@ type writer struct {
 	pendingZero job // zero range not yet sent, coalesced
 	decErr      error
 	decTotal    int64
+	chunk       *chunker      // the decoder's chunker, set before the decoder runs
+	zskip       *zstdZeroSkip // between source and zstd decoder, or nil
+	frameSum    *xxh64        // the zstd frame checksum, computed by hashLoop when zskip is set
+	tailMarks   []frameMark   // frame ends after the last chunk sent
 
 	free      chan []byte
 	zeroChunk []byte   // ChunkSize bytes of zeros, never written: the data of all-zero chunks
@@ -287,6 +304,18 @@ func (w *writer) run() (Result, error) {
 		// of through a second copy into br.
 		buffered, _ := br.Peek(br.Buffered())
 		in = io.MultiReader(bytes.NewReader(buffered), w.blocks)
+		if !w.o.frameChecksums {
+			// Verified: long zero runs may bypass the decoder.
+			w.zskip = newZstdZeroSkip(in, w.skipZeros, w.frameEnd)
+			// The frames' checksums, unless every byte written is
+			// verified anyway: by the image checksum, or by a bmap
+			// that has a checksum for every mapped range (the rest
+			// must be zeros).
+			if w.imageHash == nil && (w.bmap == nil || !w.bmap.summed()) {
+				w.frameSum = newXXH64()
+			}
+			in = w.zskip
+		}
 	}
 	dec, closeDec, err := openDecoder(format, in, w.o)
 	if err != nil {

@@ -32,7 +32,8 @@ func (w *writer) stream(dec, in io.Reader) error {
 	w.zeroChunk = zc
 	decOut := make(chan *chunk, 2)
 	hashOut := make(chan *chunk, 2)
-	w.stages.Go(func() { w.decodeLoop(dec, in, decOut) })
+	w.chunk = &chunker{w: w, out: decOut, size: w.o.ChunkSize}
+	w.stages.Go(func() { w.decodeLoop(dec, in) })
 	w.stages.Go(func() { w.hashLoop(decOut, hashOut) })
 	w.jobs = make(chan job, w.o.Writers)
 	for range w.o.Writers {
@@ -66,16 +67,20 @@ func (w *writer) stream(dec, in io.Reader) error {
 // hand out their own buffers (zstd, gzip, and a raw image through the
 // blockReader) write into the chunker without an extra copy; others are
 // read through a small buffer.
-func (w *writer) decodeLoop(dec, in io.Reader, out chan<- *chunk) {
-	defer close(out)
+func (w *writer) decodeLoop(dec, in io.Reader) {
+	k := w.chunk
+	defer close(k.out)
 	defer safego.Recover("decode "+w.srcName, w.fail)
-	k := &chunker{w: w, out: out, size: w.o.ChunkSize}
 	var buf []byte // io.CopyBuffer reads through it only when dec has no WriteTo
 	if _, ok := dec.(io.WriterTo); !ok {
 		buf = make([]byte, 256<<10)
 	}
 	_, rerr := io.CopyBuffer(k, dec, buf)
 	total := k.off + int64(k.n)
+	if rerr == nil && w.zskip != nil {
+		rerr = w.zskip.check(total)
+	}
+	defer func() { w.tailMarks = k.marks }() // for hashLoop, once out is closed
 	switch {
 	case w.ctx.Err() != nil:
 		w.decErr = fmt.Errorf("write %s: %w", w.name, context.Cause(w.ctx))
@@ -109,12 +114,13 @@ func (w *writer) decodeLoop(dec, in io.Reader, out chan<- *chunk) {
 // so it costs no memory). On a sparse image most of the zeros are thus
 // scanned once at memory speed and never copied.
 type chunker struct {
-	w    *writer
-	out  chan<- *chunk
-	size int
-	off  int64  // image offset of the chunk being filled
-	n    int    // its bytes so far
-	buf  []byte // its buffer, nil while it is all zeros
+	w     *writer
+	out   chan<- *chunk
+	size  int
+	off   int64       // image offset of the chunk being filled
+	n     int         // its bytes so far
+	buf   []byte      // its buffer, nil while it is all zeros
+	marks []frameMark // frame ends to send with it
 }
 
 // Write adds p to the image; it fails only when the write was cancelled.
@@ -146,13 +152,49 @@ func (k *chunker) Write(p []byte) (int, error) {
 	return total, nil
 }
 
+// skipZeros adds n zero bytes to the image without scanning or copying
+// them: the rest of a chunk with a buffer is cleared, whole chunks go
+// without one. It fails only when the write was cancelled.
+func (k *chunker) skipZeros(n int64) error {
+	for n > 0 {
+		m := int(min(int64(k.size-k.n), n))
+		if k.buf != nil {
+			clear(k.buf[k.n : k.n+m])
+		}
+		k.n += m
+		n -= int64(m)
+		if k.n == k.size {
+			if err := k.send(false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// frameEnd is zstdZeroSkip's report of a frame's end: it marks the
+// frame's end at the image offset the chunker has reached.
+func (w *writer) frameEnd(sum uint32, hasSum bool) {
+	k := w.chunk
+	k.marks = append(k.marks, frameMark{end: k.off + int64(k.n), sum: sum, hasSum: hasSum})
+}
+
+// skipZeros is zstdZeroSkip's way into the decoder's chunker.
+func (w *writer) skipZeros(n int64) error {
+	if w.chunk == nil {
+		return fmt.Errorf("write %s: zero run before the decoder started", w.name)
+	}
+	return w.chunk.skipZeros(n)
+}
+
 // send sends the chunk being filled, if it has bytes, marked as the end of
 // the image or not, and starts the next one.
 func (k *chunker) send(last bool) error {
 	if k.n == 0 {
 		return nil
 	}
-	c := &chunk{off: k.off, buf: k.buf, free: k.w.free, last: last}
+	c := &chunk{off: k.off, buf: k.buf, free: k.w.free, last: last, marks: k.marks}
+	k.marks = nil
 	if k.buf != nil {
 		c.data = k.buf[:k.n]
 	} else {
@@ -179,6 +221,13 @@ func (w *writer) hashLoop(in <-chan *chunk, out chan<- *chunk) {
 		if w.imageHash != nil {
 			w.imageHash.Write(c.data)
 		}
+		if w.frameSum != nil {
+			if err := w.checkFrames(c); err != nil {
+				c.put()
+				w.fail(err)
+				return
+			}
+		}
 		if w.bmap != nil {
 			if err := w.bmap.check(c.off, c.data); err != nil {
 				c.put()
@@ -193,11 +242,42 @@ func (w *writer) hashLoop(in <-chan *chunk, out chan<- *chunk) {
 			return
 		}
 	}
+	if w.frameSum != nil && w.decErr == nil {
+		if err := w.checkFrames(&chunk{off: w.chunk.off, marks: w.tailMarks}); err != nil {
+			w.fail(err)
+			return
+		}
+	}
 	if w.bmap != nil && w.decErr == nil {
 		if err := w.bmap.done(); err != nil {
 			w.fail(fmt.Errorf("verify %s against bmap %s: %w", w.srcName, w.o.Bmap, err))
 		}
 	}
+}
+
+// checkFrames adds c to the zstd frame checksum (an all-zero chunk
+// without reading it) and checks the checksum of every frame that ends in
+// c against what the frame says.
+func (w *writer) checkFrames(c *chunk) error {
+	add := func(from, to int64) {
+		if c.buf == nil {
+			w.frameSum.zeros(to - from)
+		} else {
+			w.frameSum.write(c.data[from-c.off : to-c.off])
+		}
+	}
+	pos := c.off
+	for _, m := range c.marks {
+		add(pos, m.end)
+		pos = m.end
+		got := uint32(w.frameSum.sum64())
+		w.frameSum.reset()
+		if m.hasSum && got != m.sum {
+			return fmt.Errorf("verify %s: the zstd frame ending at image offset %d decoded to checksum %08x, the frame says %08x: %w", w.srcName, m.end, got, m.sum, ErrCorruptSource)
+		}
+	}
+	add(pos, c.off+int64(len(c.data)))
+	return nil
 }
 
 // dispatch takes chunks in image order, holds back the first MiB and the

@@ -167,7 +167,11 @@ func TestWriteFailuresInvalidate(t *testing.T) {
 		{"truncated zstd", zst[:len(zst)*3/4], Options{ImageChecksum: sha(img)}, ErrCorruptSource},
 		{"truncated raw", img[:len(img)*3/4], Options{ImageChecksum: sha(img)}, ErrChecksumMismatch},
 		{"corrupt gzip", corrupt(gz), Options{ImageChecksum: sha(img)}, ErrCorruptSource},
-		{"corrupt zstd", corrupt(zst), Options{ImageChecksum: sha(img)}, ErrCorruptSource},
+		// The image checksum catches what decodes to wrong bytes (it
+		// verifies every byte, so the frame checksum is not checked);
+		// unverified, the frame checksum does.
+		{"corrupt zstd", corrupt(zst), Options{ImageChecksum: sha(img)}, ErrChecksumMismatch},
+		{"corrupt zstd unverified", corrupt(zst), Options{AllowUnverified: true}, ErrCorruptSource},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

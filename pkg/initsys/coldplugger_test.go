@@ -285,13 +285,19 @@ func TestColdplugStorageDepsFirst(t *testing.T) {
 // ready; the coldplug settles only once the load returned. Without events
 // (scans) the load's return decides, as before.
 func TestColdplugNetworkReadyOnInterface(t *testing.T) {
-	k := q35(true)
-	k.exposes["virtio_net"] = []Device{{Path: "/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", Interface: true}}
-	k.early = map[string]bool{"virtio_net": true}
-	release := make(chan struct{})
-	k.block["virtio_net"] = release
-	c := newTestColdplugger(t, k)
-	go c.run()
+	// start runs a coldplug whose virtio_net probe has made eth0 but whose
+	// load is held until the returned channel closes.
+	start := func(events bool) (*fakeKernel, *coldplugger, chan struct{}) {
+		k := q35(events)
+		k.exposes["virtio_net"] = []Device{{Path: "/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", Interface: true}}
+		k.early = map[string]bool{"virtio_net": true}
+		release := make(chan struct{})
+		k.block["virtio_net"] = release
+		c := newTestColdplugger(t, k)
+		go c.run()
+		return k, c, release
+	}
+	k, c, release := start(true)
 	waitClosed(t, "network ready", c.netReady)
 	if k.present("virtio_net") || isClosed(c.settled) {
 		t.Errorf("virtio_net returned %v, settled %v: want the network ready while its load is held", k.present("virtio_net"), isClosed(c.settled))
@@ -299,13 +305,7 @@ func TestColdplugNetworkReadyOnInterface(t *testing.T) {
 	close(release)
 	waitClosed(t, "coldplug", c.settled)
 
-	k = q35(false)
-	k.exposes["virtio_net"] = []Device{{Path: "/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", Interface: true}}
-	k.early = map[string]bool{"virtio_net": true}
-	release = make(chan struct{})
-	k.block["virtio_net"] = release
-	c = newTestColdplugger(t, k)
-	go c.run()
+	_, c, release = start(false)
 	time.Sleep(200 * time.Millisecond)
 	if isClosed(c.netReady) {
 		t.Error("without events: network ready before virtio_net's load returned")

@@ -12,9 +12,11 @@
 //		err = sys.Handoff(initsys.Handoff{Action: initsys.Kexec, Kernel: k, Initrd: i, Cmdline: c})
 //	}
 //
-// Bringup returns once the network drivers are loaded; the coldplug of the
-// other drivers goes on in the background, and whatever looks at disks
-// calls System.WaitColdplug first.
+// Bringup returns once the network drivers are loaded (every NIC has its
+// interface); the coldplug of the other drivers goes on in the background,
+// and whatever looks at disks calls System.WaitColdplug first. The disk
+// controllers' driver dependencies load before anything else, so their
+// slow probes start first.
 //
 // Every path hangs off Options.Root and every syscall goes through
 // Syscalls, so tests run the whole bringup against a temp dir and record

@@ -18,6 +18,10 @@ type Device struct {
 	// Interface is set for a network interface the kernel added
 	// (SUBSYSTEM=net, no modalias), reported by the event source only.
 	Interface bool
+	// Module names a module whose init finished (SUBSYSTEM=module: its
+	// probes are done, the devices it made announced before), reported by
+	// the event source only; Path and Modalias are then empty.
+	Module string
 }
 
 // ScanDevices returns the devices of every bus under sysDir (/sys) that

@@ -64,7 +64,9 @@ type coldplugger struct {
 	requested map[string]bool
 	jobs      map[string]*coldplugJob
 	netPaths  []string
-	ifaces    []string // network interfaces added (from the source)
+	ifaces    []string        // network interfaces added (from the source)
+	live      map[string]bool // modules whose init finished (from the source)
+	pending   []Device        // devices whose drivers wait (see handle)
 	done      chan coldplugResult
 	sem       chan struct{}
 }
@@ -87,6 +89,7 @@ func newColdplugger() *coldplugger {
 		stop:      make(chan struct{}),
 		finished:  make(chan struct{}),
 		requested: map[string]bool{},
+		live:      map[string]bool{},
 		jobs:      map[string]*coldplugJob{},
 		done:      make(chan coldplugResult),
 	}
@@ -185,6 +188,7 @@ func (c *coldplugger) run() {
 		}
 		return
 	}
+	c.handle(nil) // what still waited for a load's init (its deadline passed)
 	c.hotplug(ready, ack)
 }
 
@@ -330,12 +334,30 @@ func (c *coldplugger) poll() ([]Device, error) {
 // the network to the first image byte even when put off to after the
 // coldplug at the lowest priority). A kernel user that needs a module it
 // lacks still asks for it through modprobe.
+//
+// With a source, until the coldplug settles, the drivers of new devices
+// wait until every load in flight finished its module's init (its module
+// event): a driver loaded while another still probes would take the
+// devices it finds in the order they appear, not the bus's, and the same
+// two virtio disks came up as vda and vdb one boot, vdb and vda the next.
+// A load's return can come much later than its init (the kernel waits for
+// every background probe first), so the init is what counts.
 func (c *coldplugger) handle(devs []Device) {
 	for _, d := range devs {
-		if d.Interface {
+		switch {
+		case d.Interface:
 			c.ifaces = append(c.ifaces, d.Path)
-			continue
+		case d.Module != "":
+			c.live[d.Module] = true
+		default:
+			c.pending = append(c.pending, d)
 		}
+	}
+	if c.src != nil && !isClosed(c.settled) && c.initializing() {
+		return
+	}
+	devs, c.pending = c.pending, nil
+	for _, d := range devs {
 		if strings.HasPrefix(d.Modalias, "cpu:") {
 			continue
 		}
@@ -350,6 +372,17 @@ func (c *coldplugger) handle(devs []Device) {
 			c.start(m, net)
 		}
 	}
+}
+
+// initializing reports whether a load in flight has not finished its
+// module's init (no module event yet).
+func (c *coldplugger) initializing() bool {
+	for m := range c.jobs {
+		if !c.live[m] {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *coldplugger) isNet(d Device) bool {
@@ -429,6 +462,9 @@ func (c *coldplugger) checkNet() {
 		if j.net {
 			loading = append(loading, j.module)
 		}
+	}
+	if slices.ContainsFunc(c.pending, c.isNet) && !c.everyNICHasInterface() {
+		return // a NIC's driver waits to start
 	}
 	if len(loading) > 0 && !c.everyNICHasInterface() {
 		return

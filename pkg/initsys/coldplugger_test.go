@@ -20,7 +20,8 @@ type fakeKernel struct {
 	block    map[string]chan struct{}
 	deps     map[string][]string // module -> what it needs first
 	after    map[string]string   // module -> a module whose load its probe waits for
-	early    map[string]bool     // module -> its devices appear before its load returns
+	early    map[string]bool     // module -> its init ends (devices, module event) before its load's held return
+	probe    map[string]func()   // module -> runs in its init, before the devices of exposes appear
 	starts   []string            // "start m" and "end m", in order
 	loaded   []string
 	lost     bool // the next Drain reports lost events
@@ -59,14 +60,16 @@ func (k *fakeKernel) loadDeps(m string) ([]string, error) {
 }
 
 func (k *fakeKernel) loadOne(m string) {
+	if f := k.probe[m]; f != nil {
+		f()
+	}
 	k.mu.Lock()
 	k.starts = append(k.starts, "start "+m)
 	early := k.early[m]
 	if early {
-		// The probe ran; the load has yet to return (the kernel syncs
+		// The init ran; the load has yet to return (the kernel syncs
 		// every background probe at the end of a module's init).
-		k.devices = append(k.devices, k.exposes[m]...)
-		k.events = append(k.events, k.exposes[m]...)
+		k.initDone(m)
 		select {
 		case k.wake <- struct{}{}:
 		default:
@@ -86,9 +89,17 @@ func (k *fakeKernel) loadOne(m string) {
 	k.starts = append(k.starts, "end "+m)
 	k.loaded = append(k.loaded, m)
 	if !early {
-		k.devices = append(k.devices, k.exposes[m]...)
-		k.events = append(k.events, k.exposes[m]...)
+		k.initDone(m)
 	}
+}
+
+// initDone announces the devices m's init made, then m's module event, as
+// the kernel does; with k.mu held.
+func (k *fakeKernel) initDone(m string) {
+	k.devices = append(k.devices, k.exposes[m]...)
+	k.events = append(k.events, k.exposes[m]...)
+	k.events = append(k.events, Device{Module: m})
+	k.starts = append(k.starts, "init done "+m)
 }
 
 func (k *fakeKernel) present(m string) bool {
@@ -202,6 +213,7 @@ func TestColdplugNetworkFirst(t *testing.T) {
 			k := q35(events)
 			release := make(chan struct{})
 			k.block["ahci"] = release
+			k.early = map[string]bool{"ahci": true} // its SATA links are probed in the background
 			c := newTestColdplugger(t, k)
 			go c.run()
 
@@ -242,6 +254,7 @@ func TestColdplugStorageDepsFirst(t *testing.T) {
 		"virtio_blk": {"virtio"},
 	}
 	k.after = map[string]string{"ahci": "virtio_net"}
+	k.early = map[string]bool{"ahci": true} // its SATA links are probed in the background
 	c := newTestColdplugger(t, k)
 	c.loadDeps = k.loadDeps
 	go c.run()
@@ -313,6 +326,43 @@ func TestColdplugNetworkReadyOnInterface(t *testing.T) {
 	close(release)
 	waitClosed(t, "network ready", c.netReady)
 	waitClosed(t, "coldplug", c.settled)
+}
+
+// A driver for devices that appear while another driver's init still
+// probes starts only once that init is done: virtio_blk then finds both
+// virtio disks on the bus and names them in bus order (vda, vdb), not in
+// the order they appeared around its own load.
+func TestColdplugWaitsForInitsBeforeDrivers(t *testing.T) {
+	k := q35(true)
+	disk1 := Device{Path: "/devices/pci0000:00/0000:00:03.0/virtio1", Modalias: "virtio:d00000002v00001AF4"}
+	k.exposes["virtio_pci"] = []Device{
+		{Path: "/devices/pci0000:00/0000:00:02.0/virtio0", Modalias: "virtio:d00000001v00001AF4"},
+		{Path: "/devices/pci0000:00/0000:00:04.0/virtio2", Modalias: "virtio:d00000002v00001AF4"},
+	}
+	k.probe = map[string]func(){"virtio_pci": func() {
+		// The first disk appears; the init goes on probing the next
+		// PCI functions for a while.
+		k.mu.Lock()
+		k.devices = append(k.devices, disk1)
+		k.events = append(k.events, disk1)
+		k.mu.Unlock()
+		select {
+		case k.wake <- struct{}{}:
+		default:
+		}
+		time.Sleep(300 * time.Millisecond)
+	}}
+	k.early = map[string]bool{"ahci": true}
+	c := newTestColdplugger(t, k)
+	go c.run()
+	waitClosed(t, "coldplug", c.settled)
+	k.mu.Lock()
+	starts := slices.Clone(k.starts)
+	k.mu.Unlock()
+	blk, done := slices.Index(starts, "start virtio_blk"), slices.Index(starts, "init done virtio_pci")
+	if blk < 0 || done < 0 || blk < done {
+		t.Errorf("virtio_blk started before virtio_pci's init was done: %v", starts)
+	}
 }
 
 func TestStorageModalias(t *testing.T) {

@@ -72,10 +72,11 @@ func (u *ueventSocket) Close() error { return unix.Close(u.fd) }
 
 // parseUevent reads a kernel uevent ("add@/devices/...\0ACTION=add\0
 // DEVPATH=...\0MODALIAS=...\0...") and returns its device when it is an
-// addition with a modalias, or of a network interface (SUBSYSTEM=net).
+// addition with a modalias, of a network interface (SUBSYSTEM=net), or of
+// a module whose init finished (SUBSYSTEM=module).
 func parseUevent(msg []byte) (Device, bool) {
 	var d Device
-	add := false
+	add, module := false, false
 	for i, f := range bytes.Split(msg, []byte{0}) {
 		s := string(f)
 		if i == 0 {
@@ -97,7 +98,11 @@ func parseUevent(msg []byte) (Device, bool) {
 			d.Modalias = v
 		case "SUBSYSTEM":
 			d.Interface = v == "net"
+			module = v == "module"
 		}
+	}
+	if module && strings.HasPrefix(d.Path, "/module/") {
+		return Device{Module: strings.TrimPrefix(d.Path, "/module/")}, add
 	}
 	if d.Interface {
 		d.Modalias = ""

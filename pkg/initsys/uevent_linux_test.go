@@ -21,7 +21,8 @@ func TestParseUevent(t *testing.T) {
 		{"network interface",
 			msg("add@/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", "ACTION=add", "DEVPATH=/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", "SUBSYSTEM=net", "INTERFACE=eth0", "IFINDEX=2", "SEQNUM=830"),
 			Device{Path: "/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", Interface: true}, true},
-		{"module", msg("add@/module/virtio_net", "ACTION=add", "DEVPATH=/module/virtio_net", "SUBSYSTEM=module", "SEQNUM=831"), Device{}, false},
+		{"module whose init finished", msg("add@/module/virtio_net", "ACTION=add", "DEVPATH=/module/virtio_net", "SUBSYSTEM=module", "SEQNUM=831"),
+			Device{Module: "virtio_net"}, true},
 		{"removal", msg("remove@/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", "ACTION=remove", "DEVPATH=/devices/pci0000:00/0000:00:02.0/virtio0/net/eth0", "SUBSYSTEM=net"), Device{}, false},
 		{"udev's own format", msg("libudev", "ACTION=add", "DEVPATH=/devices/x", "SUBSYSTEM=net"), Device{}, false},
 	} {

@@ -342,14 +342,7 @@ func TestColdplugWaitsForInitsBeforeDrivers(t *testing.T) {
 	k.probe = map[string]func(){"virtio_pci": func() {
 		// The first disk appears; the init goes on probing the next
 		// PCI functions for a while.
-		k.mu.Lock()
-		k.devices = append(k.devices, disk1)
-		k.events = append(k.events, disk1)
-		k.mu.Unlock()
-		select {
-		case k.wake <- struct{}{}:
-		default:
-		}
+		k.plug(disk1)
 		time.Sleep(300 * time.Millisecond)
 	}}
 	k.early = map[string]bool{"ahci": true}

@@ -347,16 +347,16 @@ func (a *Agent) network(ctx context.Context, local *config.MachineConfig) (*netw
 	return res, nil
 }
 
-// errLocalNetwork refuses the speculative DHCP lease: the local config
-// names the network.
+// errLocalNetwork stops the speculative DHCP run, its lease unused: the
+// local config names the network.
 var errLocalNetwork = errors.New("the local config names the network")
 
 // specNet is a DHCP run started before the local config is known; see
 // speculativeNetwork.
 type specNet struct {
 	plan   netPlan
-	apply  chan bool // the gate's answer: apply the lease or not
-	cancel context.CancelFunc
+	apply  chan struct{} // closed: the gate lets the lease be applied
+	cancel context.CancelCauseFunc
 	done   chan struct{}
 	res    *network.Result
 	err    error
@@ -365,26 +365,23 @@ type specNet struct {
 // speculativeNetwork starts, in the background, the network plan the
 // kernel command line alone gives when it is DHCP (no ip=): the links
 // come up and DHCP wins a lease while the storage drivers still load, but
-// the lease waits at network.Options.Gate until finish knows the local
-// config. It returns nil (finish then just configures the network) when
-// the command line plans something else.
+// the lease waits at network.Options.Gate until networkAfter knows the
+// local config. It returns nil (networkAfter then just configures the
+// network) when the command line plans something else.
 func (a *Agent) speculativeNetwork(ctx context.Context) *specNet {
 	plan, err := planNetwork(a.Cmdline, nil)
 	if err != nil || plan.Source != netFromDHCP {
 		return nil
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	s := &specNet{plan: plan, apply: make(chan bool, 1), cancel: cancel, done: make(chan struct{})}
+	sctx, cancel := context.WithCancelCause(ctx)
+	s := &specNet{plan: plan, apply: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	opts := plan.options(ctx, a.Log, a.leaseLost) // the lease lives as long as the run
 	opts.Gate = func() error {
 		select {
-		case ok := <-s.apply:
-			if ok {
-				return nil
-			}
-			return errLocalNetwork
+		case <-s.apply:
+			return nil
 		case <-sctx.Done():
-			return sctx.Err()
+			return context.Cause(sctx)
 		}
 	}
 	go func() {
@@ -407,7 +404,7 @@ func (a *Agent) networkAfter(ctx context.Context, s *specNet, local *config.Mach
 		return a.network(ctx, local)
 	}
 	if plan, err := planNetwork(a.Cmdline, local); err == nil && plan.Source == netFromDHCP {
-		s.apply <- true
+		close(s.apply)
 		<-s.done
 		if s.err != nil {
 			return nil, s.err
@@ -415,8 +412,7 @@ func (a *Agent) networkAfter(ctx context.Context, s *specNet, local *config.Mach
 		a.networkUp(ctx, s.plan, s.res)
 		return s.res, nil
 	}
-	s.apply <- false
-	s.cancel()
+	s.cancel(errLocalNetwork)
 	<-s.done
 	a.Log.Info("the local config names the network: the DHCP run started while the disks were found is stopped, its lease not used")
 	return a.network(ctx, local)

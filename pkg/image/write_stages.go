@@ -255,8 +255,8 @@ func (w *writer) hashLoop(in <-chan *chunk, out chan<- *chunk) {
 	}
 }
 
-// checkFrames adds c to the zstd frame checksum (an all-zero chunk
-// without reading it) and checks the checksum of every frame that ends in
+// checkFrames adds c to the zstd frame checksum (an all-zero chunk from
+// the small zero buffer, not its 4 MiB of data) and checks the checksum of every frame that ends in
 // c against what the frame says.
 func (w *writer) checkFrames(c *chunk) error {
 	add := func(from, to int64) {

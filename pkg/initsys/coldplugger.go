@@ -131,11 +131,7 @@ func (c *coldplugger) run() {
 	defer deadline.Stop()
 	for !isClosed(c.settled) {
 		if len(c.jobs) == 0 {
-			devs, err := c.poll()
-			if err != nil {
-				c.fail(err)
-			}
-			c.handle(devs)
+			c.update()
 			if len(c.jobs) == 0 {
 				c.markSettled(start)
 				break
@@ -144,17 +140,9 @@ func (c *coldplugger) run() {
 		select {
 		case r := <-c.done:
 			c.finish(r)
-			devs, err := c.poll()
-			if err != nil {
-				c.fail(err)
-			}
-			c.handle(devs)
+			c.update()
 		case <-ready:
-			devs, err := c.poll()
-			if err != nil {
-				c.fail(err)
-			}
-			c.handle(devs)
+			c.update()
 			select {
 			case ack <- struct{}{}:
 			case <-c.stop:
@@ -307,6 +295,15 @@ func (c *coldplugger) hotplug(ready <-chan struct{}, ack chan<- struct{}) {
 			}
 		}
 	}
+}
+
+// update handles the devices added since the last look.
+func (c *coldplugger) update() {
+	devs, err := c.poll()
+	if err != nil {
+		c.fail(err)
+	}
+	c.handle(devs)
 }
 
 // poll returns the devices added since the last look.
@@ -463,22 +460,17 @@ func (c *coldplugger) checkNet() {
 			loading = append(loading, j.module)
 		}
 	}
-	if slices.ContainsFunc(c.pending, c.isNet) && !c.everyNICHasInterface() {
-		return // a NIC's driver waits to start
-	}
-	if len(loading) > 0 && !c.everyNICHasInterface() {
+	// A NIC's driver still loading, or waiting to start (see handle).
+	waiting := len(loading) > 0 || slices.ContainsFunc(c.pending, c.isNet)
+	if waiting && !c.everyNICHasInterface() {
 		return
 	}
 	c.mu.Lock()
 	n := len(c.loaded)
 	c.mu.Unlock()
-	if len(loading) > 0 {
-		slices.Sort(loading)
-		c.log.Info("network drivers loaded", "network_devices", len(c.netPaths), "modules", n,
-			"interfaces", len(c.ifaces), "loads_returning", loading)
-	} else {
-		c.log.Info("network drivers loaded", "network_devices", len(c.netPaths), "modules", n)
-	}
+	slices.Sort(loading)
+	c.log.Info("network drivers loaded", "network_devices", len(c.netPaths), "modules", n,
+		"interfaces", len(c.ifaces), "loads_returning", loading)
 	close(c.netReady)
 }
 
